@@ -1,0 +1,32 @@
+"""Shared pytest fixtures: where the built binaries are (DS4_BUILD_DIR, default build/)."""
+import os
+import shutil
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def bin_dir():
+    d = os.environ.get("DS4_BUILD_DIR", os.path.join(REPO, "build"))
+    d = os.path.join(d, "bin") if os.path.isdir(os.path.join(d, "bin")) else d
+    if not os.path.isdir(d):
+        pytest.fail(f"build directory {d} not found: build first (cmake --preset release && cmake --build build)")
+    return d
+
+
+@pytest.fixture(scope="session")
+def tool(bin_dir):
+    def find(name):
+        p = os.path.join(bin_dir, name)
+        if not os.path.exists(p):
+            pytest.fail(f"{p} not built")
+        return p
+    return find
+
+
+@pytest.fixture
+def tmp(tmp_path):
+    yield tmp_path
+    shutil.rmtree(tmp_path, ignore_errors=True)
