@@ -42,6 +42,46 @@ bool value_type_known(uint32_t id) {
     return id <= static_cast<uint32_t>(ValueType::F64);
 }
 
+Value Value::unsigned_value(ValueType t, uint64_t v) {
+    Value out;
+    out.type_ = t;
+    out.kind_ = Kind::Unsigned;
+    out.u_ = v;
+    return out;
+}
+
+Value Value::signed_value(ValueType t, int64_t v) {
+    Value out;
+    out.type_ = t;
+    out.kind_ = Kind::Signed;
+    out.i_ = v;
+    return out;
+}
+
+Value Value::float_value(ValueType t, double v) {
+    Value out;
+    out.type_ = t;
+    out.kind_ = Kind::Float;
+    out.d_ = v;
+    return out;
+}
+
+Value Value::boolean(bool v) {
+    Value out;
+    out.type_ = ValueType::BOOL;
+    out.kind_ = Kind::Bool;
+    out.u_ = v ? 1 : 0;
+    return out;
+}
+
+Value Value::string(std::string v) {
+    Value out;
+    out.type_ = ValueType::STRING;
+    out.kind_ = Kind::String;
+    out.s_ = std::move(v);
+    return out;
+}
+
 Value Value::array(ValueType item_type, std::vector<Value> items) {
     for (size_t i = 0; i < items.size(); ++i)
         if (items[i].type() != item_type)
@@ -50,7 +90,11 @@ Value Value::array(ValueType item_type, std::vector<Value> items) {
     auto a = std::make_shared<Array>();
     a->item_type = item_type;
     a->items = std::move(items);
-    return Value(ValueType::ARRAY, std::shared_ptr<const Array>(std::move(a)));
+    Value out;
+    out.type_ = ValueType::ARRAY;
+    out.kind_ = Kind::Array;
+    out.a_ = std::move(a);
+    return out;
 }
 
 Value Value::array_of_strings(const std::vector<std::string> &v) {
@@ -81,49 +125,45 @@ Value Value::array_of_f32(const std::vector<float> &v) {
     return array(ValueType::F32, std::move(items));
 }
 
-bool Value::is_integer() const {
-    return std::holds_alternative<uint64_t>(v_) || std::holds_alternative<int64_t>(v_);
-}
-
 uint64_t Value::as_unsigned() const {
-    if (const auto *u = std::get_if<uint64_t>(&v_)) return *u;
-    if (const auto *s = std::get_if<int64_t>(&v_)) {
-        if (*s >= 0) return static_cast<uint64_t>(*s);
+    if (kind_ == Kind::Unsigned) return u_;
+    if (kind_ == Kind::Signed) {
+        if (i_ >= 0) return static_cast<uint64_t>(i_);
         throw Error(fmt::format("negative {} value {} where an unsigned value is needed",
-                                value_type_name(type_), *s));
+                                value_type_name(type_), i_));
     }
     throw Error(fmt::format("{} value where an integer is needed", value_type_name(type_)));
 }
 
 int64_t Value::as_signed() const {
-    if (const auto *s = std::get_if<int64_t>(&v_)) return *s;
-    if (const auto *u = std::get_if<uint64_t>(&v_)) {
-        if (*u <= static_cast<uint64_t>(INT64_MAX)) return static_cast<int64_t>(*u);
+    if (kind_ == Kind::Signed) return i_;
+    if (kind_ == Kind::Unsigned) {
+        if (u_ <= static_cast<uint64_t>(INT64_MAX)) return static_cast<int64_t>(u_);
         throw Error(fmt::format("{} value {} does not fit a signed 64-bit integer",
-                                value_type_name(type_), *u));
+                                value_type_name(type_), u_));
     }
     throw Error(fmt::format("{} value where an integer is needed", value_type_name(type_)));
 }
 
 double Value::as_double() const {
-    if (const auto *d = std::get_if<double>(&v_)) return *d;
-    if (const auto *u = std::get_if<uint64_t>(&v_)) return static_cast<double>(*u);
-    if (const auto *s = std::get_if<int64_t>(&v_)) return static_cast<double>(*s);
+    if (kind_ == Kind::Float) return d_;
+    if (kind_ == Kind::Unsigned) return static_cast<double>(u_);
+    if (kind_ == Kind::Signed) return static_cast<double>(i_);
     throw Error(fmt::format("{} value where a number is needed", value_type_name(type_)));
 }
 
 bool Value::as_bool() const {
-    if (const auto *b = std::get_if<bool>(&v_)) return *b;
+    if (kind_ == Kind::Bool) return u_ != 0;
     throw Error(fmt::format("{} value where a bool is needed", value_type_name(type_)));
 }
 
 const std::string &Value::as_string() const {
-    if (const auto *s = std::get_if<std::string>(&v_)) return *s;
+    if (kind_ == Kind::String) return s_;
     throw Error(fmt::format("{} value where a string is needed", value_type_name(type_)));
 }
 
 const Array &Value::as_array() const {
-    if (const auto *a = std::get_if<std::shared_ptr<const Array>>(&v_)) return **a;
+    if (kind_ == Kind::Array) return *a_;
     throw Error(fmt::format("{} value where an array is needed", value_type_name(type_)));
 }
 

@@ -4,7 +4,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 namespace ds4::gguf {
@@ -37,21 +36,23 @@ struct Array {
 
 // Scalars are stored widened (unsigned -> uint64_t, signed -> int64_t, floats -> double) next to
 // their declared type, so a writer can reproduce the exact file and a reader can type-check.
+// (Plain members rather than std::variant: g++ 12 reports false -Wmaybe-uninitialized for a
+// variant holding a std::string at -O3.)
 class Value {
   public:
     Value() = default;
-    static Value u8(uint8_t v) { return Value(ValueType::U8, uint64_t{v}); }
-    static Value i8(int8_t v) { return Value(ValueType::I8, int64_t{v}); }
-    static Value u16(uint16_t v) { return Value(ValueType::U16, uint64_t{v}); }
-    static Value i16(int16_t v) { return Value(ValueType::I16, int64_t{v}); }
-    static Value u32(uint32_t v) { return Value(ValueType::U32, uint64_t{v}); }
-    static Value i32(int32_t v) { return Value(ValueType::I32, int64_t{v}); }
-    static Value u64(uint64_t v) { return Value(ValueType::U64, v); }
-    static Value i64(int64_t v) { return Value(ValueType::I64, v); }
-    static Value f32(float v) { return Value(ValueType::F32, double{v}); }
-    static Value f64(double v) { return Value(ValueType::F64, v); }
-    static Value boolean(bool v) { return Value(ValueType::BOOL, v); }
-    static Value string(std::string v) { return Value(ValueType::STRING, std::move(v)); }
+    static Value u8(uint8_t v) { return unsigned_value(ValueType::U8, v); }
+    static Value i8(int8_t v) { return signed_value(ValueType::I8, v); }
+    static Value u16(uint16_t v) { return unsigned_value(ValueType::U16, v); }
+    static Value i16(int16_t v) { return signed_value(ValueType::I16, v); }
+    static Value u32(uint32_t v) { return unsigned_value(ValueType::U32, v); }
+    static Value i32(int32_t v) { return signed_value(ValueType::I32, v); }
+    static Value u64(uint64_t v) { return unsigned_value(ValueType::U64, v); }
+    static Value i64(int64_t v) { return signed_value(ValueType::I64, v); }
+    static Value f32(float v) { return float_value(ValueType::F32, v); }
+    static Value f64(double v) { return float_value(ValueType::F64, v); }
+    static Value boolean(bool v);
+    static Value string(std::string v);
     static Value array(ValueType item_type, std::vector<Value> items);
     // Convenience builders for the common homogeneous arrays.
     static Value array_of_strings(const std::vector<std::string> &v);
@@ -60,8 +61,8 @@ class Value {
     static Value array_of_f32(const std::vector<float> &v);
 
     ValueType type() const { return type_; }
-    bool is_integer() const;
-    bool is_float() const { return type_ == ValueType::F32 || type_ == ValueType::F64; }
+    bool is_integer() const { return kind_ == Kind::Unsigned || kind_ == Kind::Signed; }
+    bool is_float() const { return kind_ == Kind::Float; }
 
     // Raw accessors; they throw ds4::Error when the stored kind does not match.
     uint64_t as_unsigned() const;
@@ -72,11 +73,18 @@ class Value {
     const Array &as_array() const;
 
   private:
-    using Storage = std::variant<std::monostate, uint64_t, int64_t, double, bool, std::string,
-                                 std::shared_ptr<const Array>>;
-    Value(ValueType t, Storage s) : type_(t), v_(std::move(s)) {}
+    enum class Kind : uint8_t { None, Unsigned, Signed, Float, Bool, String, Array };
+    static Value unsigned_value(ValueType t, uint64_t v);
+    static Value signed_value(ValueType t, int64_t v);
+    static Value float_value(ValueType t, double v);
+
     ValueType type_ = ValueType::U8;
-    Storage v_;
+    Kind kind_ = Kind::None;
+    uint64_t u_ = 0;
+    int64_t i_ = 0;
+    double d_ = 0.0;
+    std::string s_;
+    std::shared_ptr<const Array> a_;
 };
 
 }  // namespace ds4::gguf
