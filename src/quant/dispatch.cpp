@@ -1,0 +1,186 @@
+// The one place that picks kernels by CPU features: a table per SIMD level, chosen at run time.
+#include <array>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+#include "quant/kernels_ref.h"
+#include "quant/kernels_simd.h"
+#include "quant/quant.h"
+
+namespace ds4::quant {
+namespace {
+
+constexpr size_t kNumTypes = 9;
+using KernelTable = std::array<TypeKernels, kNumTypes>;
+
+KernelTable scalar_table() {
+    using namespace ref;
+    using T = GgmlType;
+    return {{
+        {T::F32, T::F32, dequantize_row_f32, quantize_row_f32, vec_dot_f32_f32},
+        {T::F16, T::F32, dequantize_row_f16, quantize_row_f16, vec_dot_f16_f32},
+        {T::BF16, T::F32, dequantize_row_bf16, quantize_row_bf16, vec_dot_bf16_f32},
+        {T::Q8_0, T::Q8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0},
+        {T::MXFP4, T::Q8_0, dequantize_row_mxfp4, nullptr, vec_dot_mxfp4_q8_0},
+        {T::Q2_K, T::Q8_K, dequantize_row_q2_K, quantize_row_q2_K, vec_dot_q2_K_q8_K},
+        {T::Q4_K, T::Q8_K, dequantize_row_q4_K, quantize_row_q4_K, vec_dot_q4_K_q8_K},
+        {T::IQ2_XXS, T::Q8_K, dequantize_row_iq2_xxs, nullptr, vec_dot_iq2_xxs_q8_K},
+        {T::Q8_K, T::Q8_K, dequantize_row_q8_K, quantize_row_q8_K, nullptr},
+    }};
+}
+
+// Replaces the dot products and the activation quantizers (Q8_0, Q8_K) with one instruction
+// set's versions; dequantizers and weight quantizers stay scalar.
+#define DS4_SIMD_TABLE(ns)                                  \
+    KernelTable ns##_table() {                              \
+        KernelTable table = scalar_table();                 \
+        for (TypeKernels & k : table) {                     \
+            switch (k.type) {                               \
+                case GgmlType::F32:                         \
+                    k.vec_dot = ns::vec_dot_f32_f32;        \
+                    break;                                  \
+                case GgmlType::F16:                         \
+                    k.vec_dot = ns::vec_dot_f16_f32;        \
+                    break;                                  \
+                case GgmlType::BF16:                        \
+                    k.vec_dot = ns::vec_dot_bf16_f32;       \
+                    break;                                  \
+                case GgmlType::Q8_0:                        \
+                    k.vec_dot = ns::vec_dot_q8_0_q8_0;      \
+                    k.quantize_row = ns::quantize_row_q8_0; \
+                    break;                                  \
+                case GgmlType::MXFP4:                       \
+                    k.vec_dot = ns::vec_dot_mxfp4_q8_0;     \
+                    break;                                  \
+                case GgmlType::Q2_K:                        \
+                    k.vec_dot = ns::vec_dot_q2_K_q8_K;      \
+                    break;                                  \
+                case GgmlType::Q4_K:                        \
+                    k.vec_dot = ns::vec_dot_q4_K_q8_K;      \
+                    break;                                  \
+                case GgmlType::IQ2_XXS:                     \
+                    k.vec_dot = ns::vec_dot_iq2_xxs_q8_K;   \
+                    break;                                  \
+                case GgmlType::Q8_K:                        \
+                    k.quantize_row = ns::quantize_row_q8_K; \
+                    break;                                  \
+                default:                                    \
+                    break;                                  \
+            }                                               \
+        }                                                   \
+        return table;                                       \
+    }
+DS4_SIMD_TABLE(avx2)
+DS4_SIMD_TABLE(avx512)
+#undef DS4_SIMD_TABLE
+
+const KernelTable &table_for(SimdLevel level) {
+    static const KernelTable scalar = scalar_table();
+    static const KernelTable avx2 = avx2_table();
+    static const KernelTable avx512 = avx512_table();
+    switch (level) {
+        case SimdLevel::AVX512:
+            return avx512;
+        case SimdLevel::AVX2:
+            return avx2;
+        case SimdLevel::Scalar:
+            break;
+    }
+    return scalar;
+}
+
+SimdLevel probe_cpu() {
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+    if (!avx2) return SimdLevel::Scalar;
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512vnni");
+    return avx512 ? SimdLevel::AVX512 : SimdLevel::AVX2;
+}
+
+}  // namespace
+
+const char *simd_level_name(SimdLevel level) {
+    switch (level) {
+        case SimdLevel::Scalar:
+            return "scalar";
+        case SimdLevel::AVX2:
+            return "avx2";
+        case SimdLevel::AVX512:
+            return "avx512";
+    }
+    return "unknown";
+}
+
+SimdLevel cpu_simd_level() {
+    static const SimdLevel level = probe_cpu();
+    return level;
+}
+
+SimdLevel cap_simd_level(SimdLevel cpu, const char *ds4_simd_value) {
+    if (ds4_simd_value == nullptr || *ds4_simd_value == '\0') return cpu;
+    const std::string_view value(ds4_simd_value);
+    for (SimdLevel cap : {SimdLevel::Scalar, SimdLevel::AVX2, SimdLevel::AVX512})
+        if (value == simd_level_name(cap)) return cap < cpu ? cap : cpu;
+    throw Error("DS4_SIMD=" + std::string(value) +
+                " is not a SIMD level: expected scalar, avx2 or avx512");
+}
+
+SimdLevel detected_simd_level() {
+    static const SimdLevel level = cap_simd_level(cpu_simd_level(), std::getenv("DS4_SIMD"));
+    return level;
+}
+
+bool is_supported(GgmlType type) {
+    for (const TypeKernels &k : table_for(SimdLevel::Scalar))
+        if (k.type == type) return true;
+    return false;
+}
+
+const TypeKernels &kernels(GgmlType type, SimdLevel level) {
+    if (level > cpu_simd_level())
+        throw Error(std::string("SIMD level ") + simd_level_name(level) +
+                    " requested, but this CPU supports only " + simd_level_name(cpu_simd_level()));
+    for (const TypeKernels &k : table_for(level))
+        if (k.type == type) return k;
+    throw Error("no kernels for tensor type " + std::string(ggml_type_name(type)) +
+                ": supported are F32, F16, BF16, Q8_0, MXFP4, Q2_K, Q4_K, IQ2_XXS, Q8_K");
+}
+
+const TypeKernels &kernels(GgmlType type) {
+    return kernels(type, detected_simd_level());
+}
+
+namespace {
+void check_row_length(GgmlType type, int64_t n) {
+    const uint32_t block = ggml_type_info(type).block_elems;
+    if (n < 0 || n % block != 0)
+        throw Error("row of " + std::to_string(n) + " values is not a multiple of the " +
+                    std::string(ggml_type_name(type)) + " block size " + std::to_string(block));
+}
+}  // namespace
+
+void dequantize_row(GgmlType type, const void *src, float *dst, int64_t n) {
+    const TypeKernels &k = kernels(type);
+    check_row_length(type, n);
+    k.dequantize_row(src, dst, n);
+}
+
+void quantize_row(GgmlType type, const float *src, void *dst, int64_t n) {
+    const TypeKernels &k = kernels(type);
+    if (k.quantize_row == nullptr)
+        throw Error("quantizing to " + std::string(ggml_type_name(type)) + " is not supported");
+    check_row_length(type, n);
+    k.quantize_row(src, dst, n);
+}
+
+size_t row_size(GgmlType type, int64_t n) {
+    if (n < 0) throw Error("row of " + std::to_string(n) + " values: length must not be negative");
+    return static_cast<size_t>(ggml_row_bytes(type, static_cast<uint64_t>(n)));
+}
+
+}  // namespace ds4::quant

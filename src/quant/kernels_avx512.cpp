@@ -1,0 +1,453 @@
+// AVX-512 (F, BW, VL, DQ, VNNI) twins of the scalar reference kernels in kernels_ref.cpp: the
+// two activation quantizers (bit-identical to the reference) and the weight-row .
+// activation-row dot products (equal up to float reassociation). Layouts and formulas:
+// MODEL.md section 5.
+//
+// The block kernels work on 64 values per zmm register: unsigned 8-bit weights (or |x|) times
+// signed 8-bit values with maddubs (pairs into int16, never saturating for these ranges), then
+// VNNI vpdpwssd multiplies the int16 pairs by the sub-block scales and accumulates in int32.
+// Signs are moved with mask registers, so -128 activations and weights stay exact.
+//
+// Compiled with AVX-512 flags while other files are not: no inline function with external
+// linkage and no std:: template here (see simd_x86_common.h).
+//
+// GCC 12 warns inside the AVX-512 intrinsic headers themselves (their _mm512_undefined_*
+// placeholders initialize a variable from itself); the warnings are silenced for those
+// headers only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstdint>
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/iq2_tables.h"
+#include "quant/kernels_simd.h"
+#include "quant/simd_x86_common.h"
+
+namespace ds4::quant::avx512 {
+namespace {
+
+__m512i load512(const void *p) { return _mm512_loadu_si512(p); }
+__m256i load256(const void *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
+__m128i load128(const void *p) { return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)); }
+
+// The 32 bytes at p in both 256-bit halves.
+__m512i broadcast256(const void *p) { return _mm512_broadcast_i64x4(load256(p)); }
+
+float hsum_f32x4(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+float hsum_f32x8(__m256 v) {
+    return hsum_f32x4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+float hsum_f32x16(__m512 v) {
+    return hsum_f32x8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+float hmax_f32x16(__m512 v) {
+    __m256 m = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+int32_t hsum_i32x16(__m512i v) {
+    __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 1, 1, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+// An int32 vector whose lanes hold v in both int16 halves, so that vpdpwssd multiplies each
+// int16 of the other operand by v.
+__m512i repeat_in_both_i16_halves(__m512i v) { return _mm512_or_si512(v, _mm512_slli_epi32(v, 16)); }
+
+// roundf(v) clamped to [-128, 127] as the reference does: ties away from zero, NaN -> 0,
+// +-inf -> the bound (1/d overflows when amax is tiny).
+__m512i round_half_away_clamped_epi32(__m512 v) {
+    const __m512 truncated = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 frac = _mm512_sub_ps(v, truncated);  // exact (NaN for inf)
+    const __mmask16 away = _mm512_cmp_ps_mask(_mm512_abs_ps(frac), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m512 unit = _mm512_or_ps(_mm512_and_ps(v, _mm512_set1_ps(-0.0f)), _mm512_set1_ps(1.0f));
+    __m512 r = _mm512_mask_add_ps(truncated, away, truncated, unit);
+    r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);  // NaN -> 0
+    r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.0f)), _mm512_set1_ps(127.0f));
+    return _mm512_cvttps_epi32(r);
+}
+
+}  // namespace
+
+// Q8_0 activation row, as gguf-py / ggml quantize_row_q8_0_ref: d = amax/127, id = 1/d (0 when
+// d = 0), q = roundf(x * id), d stored as f16 (round to nearest even).
+void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
+    auto *out = static_cast<BlockQ8_0 *>(dst);
+    for (int64_t b = 0; b < n / kQK8_0; ++b) {
+        const float *x = src + b * kQK8_0;
+        const __m512 v0 = _mm512_loadu_ps(x);
+        const __m512 v1 = _mm512_loadu_ps(x + 16);
+        // max(|x|, m) keeps m when x is NaN, like the reference's fmax
+        const __m512 m = _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
+        const float amax = hmax_f32x16(m);
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        out[b].d = simd::f32_to_f16_rne(d);
+        const __m512 vid = _mm512_set1_ps(id);
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(out[b].qs),
+                         _mm512_cvtepi32_epi8(round_half_away_clamped_epi32(_mm512_mul_ps(v0, vid))));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(out[b].qs + 16),
+                         _mm512_cvtepi32_epi8(round_half_away_clamped_epi32(_mm512_mul_ps(v1, vid))));
+    }
+}
+
+// Q8_K activation row (MODEL.md 5.5): vmax = first element of largest |x|, iscale = -127/vmax,
+// q = clamp(lrint(iscale * x), -128, 127), d = 1/iscale, bsums = sums of 16 quants.
+void quantize_row_q8_K(const float *src, void *dst, int64_t n) {
+    auto *out = static_cast<BlockQ8_K *>(dst);
+    for (int64_t b = 0; b < n / kQK_K; ++b) {
+        const float *x = src + b * kQK_K;
+        BlockQ8_K &y = out[b];
+        __m512 m = _mm512_setzero_ps();
+        for (int k = 0; k < kQK_K; k += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);
+        const float amax = hmax_f32x16(m);
+        if (amax == 0.0f) {
+            std::memset(&y, 0, sizeof(y));
+            continue;
+        }
+        // The first element whose magnitude is amax (the reference keeps the first maximum).
+        float vmax = 0.0f;
+        const __m512 vamax = _mm512_set1_ps(amax);
+        for (int k = 0; k < kQK_K; k += 16) {
+            const __mmask16 hit =
+                _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + k)), vamax, _CMP_EQ_OQ);
+            if (hit != 0) {
+                vmax = x[k + __builtin_ctz(static_cast<unsigned>(hit))];
+                break;
+            }
+        }
+        const float iscale = -127.0f / vmax;
+        const __m512 vscale = _mm512_set1_ps(iscale);
+        for (int k = 0; k < kQK_K; k += 16) {
+            // cvtps rounds to nearest even like lrint; out-of-range and NaN give INT_MIN.
+            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(vscale, _mm512_loadu_ps(x + k)));
+            q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-128)), _mm512_set1_epi32(127));
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(y.qs + k), _mm512_cvtepi32_epi8(q));
+            y.bsums[k / 16] = static_cast<int16_t>(hsum_i32x16(q));
+        }
+        y.d = 1.0f / iscale;
+    }
+}
+
+namespace {
+
+// sum_i double(w_i) * double(x_i) with double accumulators, like the reference (MODEL.md 5.6:
+// the F32 matvec accumulates in double). Weights gives load8(i) and load8_partial(i, count).
+template <class Weights>
+float dot_f32_in_f64(int64_t n, const Weights &w, const float *x) {
+    __m512d acc0 = _mm512_setzero_pd(), acc1 = _mm512_setzero_pd();
+    __m512d acc2 = _mm512_setzero_pd(), acc3 = _mm512_setzero_pd();
+    auto fma8 = [&](int64_t i, __m512d acc) {
+        return _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8(i)), _mm512_cvtps_pd(_mm256_loadu_ps(x + i)), acc);
+    };
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = fma8(i, acc0);
+        acc1 = fma8(i + 8, acc1);
+        acc2 = fma8(i + 16, acc2);
+        acc3 = fma8(i + 24, acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = fma8(i, acc0);
+    if (i < n) {
+        const auto mask = static_cast<__mmask8>((1u << (n - i)) - 1);
+        acc1 = _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8_partial(i, mask)),
+                               _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mask, x + i)), acc1);
+    }
+    const __m512d acc = _mm512_add_pd(_mm512_add_pd(acc0, acc1), _mm512_add_pd(acc2, acc3));
+    const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(acc), _mm512_extractf64x4_pd(acc, 1));
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return static_cast<float>(_mm_cvtsd_f64(s));
+}
+
+struct F32Weights {
+    const float *p;
+    __m256 load8(int64_t i) const { return _mm256_loadu_ps(p + i); }
+    __m256 load8_partial(int64_t i, __mmask8 m) const { return _mm256_maskz_loadu_ps(m, p + i); }
+};
+
+struct F16Weights {
+    const uint16_t *p;
+    __m256 load8(int64_t i) const { return _mm256_cvtph_ps(load128(p + i)); }
+    __m256 load8_partial(int64_t i, __mmask8 m) const {
+        return _mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, p + i));
+    }
+};
+
+// bf16 is the top half of an f32: widen to 32 bits and shift into place.
+struct BF16Weights {
+    const uint16_t *p;
+    static __m256 widen(__m128i h) {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    __m256 load8(int64_t i) const { return widen(load128(p + i)); }
+    __m256 load8_partial(int64_t i, __mmask8 m) const { return widen(_mm_maskz_loadu_epi16(m, p + i)); }
+};
+
+}  // namespace
+
+float vec_dot_f32_f32(int64_t n, const void *w, const void *x) {
+    return dot_f32_in_f64(n, F32Weights{static_cast<const float *>(w)}, static_cast<const float *>(x));
+}
+
+float vec_dot_f16_f32(int64_t n, const void *w, const void *x) {
+    return dot_f32_in_f64(n, F16Weights{static_cast<const uint16_t *>(w)},
+                          static_cast<const float *>(x));
+}
+
+float vec_dot_bf16_f32(int64_t n, const void *w, const void *x) {
+    return dot_f32_in_f64(n, BF16Weights{static_cast<const uint16_t *>(w)},
+                          static_cast<const float *>(x));
+}
+
+// y = sum_b f16(d_w) * f16(d_x) * sum_i w_i x_i. Both operands are widened to int16 (vpmaddwd is
+// exact for -128 * -128, which the 8-bit tricks are not).
+float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
+    const auto *wb = static_cast<const BlockQ8_0 *>(w);
+    const auto *xb = static_cast<const BlockQ8_0 *>(x);
+    const int64_t nb = n / kQK8_0;
+    auto block_dot = [&](int64_t k) {
+        const __m512i wv = _mm512_cvtepi8_epi16(load256(wb[k].qs));
+        const __m512i xv = _mm512_cvtepi8_epi16(load256(xb[k].qs));
+        return _mm512_cvtepi32_ps(_mm512_madd_epi16(wv, xv));
+    };
+    auto block_scale = [&](int64_t k) {
+        return _mm512_set1_ps(simd::f16_to_f32(wb[k].d) * simd::f16_to_f32(xb[k].d));
+    };
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        acc0 = _mm512_fmadd_ps(block_scale(b), block_dot(b), acc0);
+        acc1 = _mm512_fmadd_ps(block_scale(b + 1), block_dot(b + 1), acc1);
+    }
+    if (b < nb) acc0 = _mm512_fmadd_ps(block_scale(b), block_dot(b), acc0);
+    return hsum_f32x16(_mm512_add_ps(acc0, acc1));
+}
+
+// Two blocks per register. E2M1 codes are looked up at twice their value (|w| <= 12, scale
+// 2^(e-128)); the activation's sign moves onto w, |x| <= 128 is the unsigned VNNI operand.
+float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x) {
+    const auto *wb = static_cast<const BlockMXFP4 *>(w);
+    const auto *xb = static_cast<const BlockQ8_0 *>(x);
+    const int64_t nb = n / kQK_MXFP4;
+    const __m512i table = _mm512_broadcast_i32x4(simd::mxfp4_doubled_values_128());
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i shift_lo_hi = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    auto scale = [&](int64_t k) { return simd::e8m0_to_f32_half(wb[k].e) * simd::f16_to_f32(xb[k].d); };
+    __m512 acc = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        // 128-bit lanes q_a q_a q_b q_b, shifted by 0 4 0 4: codes of values 0-15 and 16-31 of
+        // block a, then of block b
+        const __m512i q = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_broadcastsi128_si256(load128(wb[b].qs))),
+            _mm256_broadcastsi128_si256(load128(wb[b + 1].qs)), 1);
+        const __m512i codes = _mm512_and_si512(_mm512_srlv_epi64(q, shift_lo_hi), low4);
+        const __m512i wv = _mm512_shuffle_epi8(table, codes);
+        const __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(load256(xb[b].qs)), load256(xb[b + 1].qs), 1);
+        const __m512i w_signed = _mm512_mask_sub_epi8(wv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), wv);
+        const __m512i sumi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), w_signed);
+        const __m512 d = _mm512_mask_mov_ps(_mm512_set1_ps(scale(b)), 0xFF00, _mm512_set1_ps(scale(b + 1)));
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc);
+    }
+    float tail = 0.0f;
+    if (b < nb) {
+        const __m128i q = load128(wb[b].qs);
+        const __m128i low4_128 = _mm512_castsi512_si128(low4);
+        const __m256i codes = _mm256_setr_m128i(_mm_and_si128(q, low4_128),
+                                                _mm_and_si128(_mm_srli_epi16(q, 4), low4_128));
+        const __m256i wv = _mm256_shuffle_epi8(_mm512_castsi512_si256(table), codes);
+        const __m256i xv = load256(xb[b].qs);
+        const __m256i w_signed = _mm256_mask_sub_epi8(wv, _mm256_movepi8_mask(xv), _mm256_setzero_si256(), wv);
+        const __m256i sumi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), w_signed);
+        tail = scale(b) * hsum_f32x8(_mm256_cvtepi32_ps(sumi));
+    }
+    return hsum_f32x16(acc) + tail;
+}
+
+// y = dy*d * sum_k sc_k * sum(v*qy) - dy*dmin * sum_k m_k * bsums[k], 16 sub-blocks of 16.
+// Value 64t + i (t = 0..3) is bits 2*(2*(t%2) + i/32) of byte i%32 of half t/2, so one zmm holds
+// sub-blocks 4t..4t+3, each as 4 int32 lanes after vpdpwssd.
+float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
+    const auto *wb = static_cast<const BlockQ2_K *>(w);
+    const auto *xb = static_cast<const BlockQ8_K *>(x);
+    const int64_t nb = n / kQK_K;
+    const __m512i mask2 = _mm512_set1_epi8(3);
+    const __m128i mask4 = _mm_set1_epi8(0x0F);
+    const __m512i shift_01 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+    const __m512i shift_23 = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
+    __m512i pick[4];  // int32 lane i <- scale of sub-block 4t + i/4
+    for (int t = 0; t < 4; ++t) {
+        pick[t] = _mm512_add_epi32(_mm512_set1_epi32(4 * t),
+                                   _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    }
+    __m512 acc = _mm512_setzero_ps();
+    __m256 acc_min = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const BlockQ2_K &wq = wb[b];
+        const BlockQ8_K &xq = xb[b];
+        const float dall = xq.d * simd::f16_to_f32(wq.d);
+        const float dmin = -xq.d * simd::f16_to_f32(wq.dmin);
+
+        const __m128i packed = load128(wq.scales);
+        const __m128i scales8 = _mm_and_si128(packed, mask4);
+        const __m128i mins8 = _mm_and_si128(_mm_srli_epi16(packed, 4), mask4);
+        const __m256i min_prod = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins8), load256(xq.bsums));
+        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_prod), acc_min);
+
+        const __m512i scales = repeat_in_both_i16_halves(_mm512_cvtepu8_epi32(scales8));
+        const __m512i bits_h0 = broadcast256(wq.qs);
+        const __m512i bits_h1 = broadcast256(wq.qs + 32);
+        const __m512i v0 = _mm512_and_si512(_mm512_srlv_epi64(bits_h0, shift_01), mask2);
+        const __m512i v1 = _mm512_and_si512(_mm512_srlv_epi64(bits_h0, shift_23), mask2);
+        const __m512i v2 = _mm512_and_si512(_mm512_srlv_epi64(bits_h1, shift_01), mask2);
+        const __m512i v3 = _mm512_and_si512(_mm512_srlv_epi64(bits_h1, shift_23), mask2);
+        __m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+                                           _mm512_maddubs_epi16(v0, load512(xq.qs)),
+                                           _mm512_permutexvar_epi32(pick[0], scales));
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(v1, load512(xq.qs + 64)),
+                                   _mm512_permutexvar_epi32(pick[1], scales));
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(v2, load512(xq.qs + 128)),
+                                   _mm512_permutexvar_epi32(pick[2], scales));
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(v3, load512(xq.qs + 192)),
+                                   _mm512_permutexvar_epi32(pick[3], scales));
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(dall), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32x16(acc) + hsum_f32x8(acc_min);
+}
+
+// y = dy*d * sum_j sc_j * sum(nibble*qy) - dy*dmin * sum_j m_j * (bsums[2j] + bsums[2j+1]).
+// One zmm holds the 32 low nibbles (sub-block 2j) then the 32 high nibbles (2j+1) of qs[32j..].
+float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
+    const auto *wb = static_cast<const BlockQ4_K *>(w);
+    const auto *xb = static_cast<const BlockQ8_K *>(x);
+    const int64_t nb = n / kQK_K;
+    const __m512i mask4 = _mm512_set1_epi8(0x0F);
+    const __m512i shift_lo_hi = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    __m512i pick[4];  // int32 lanes 0-7 <- scale 2j, lanes 8-15 <- scale 2j+1
+    for (int j = 0; j < 4; ++j) {
+        pick[j] = _mm512_add_epi32(_mm512_set1_epi32(2 * j),
+                                   _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    }
+    __m512 acc = _mm512_setzero_ps();
+    __m128 acc_min = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const BlockQ4_K &wq = wb[b];
+        const BlockQ8_K &xq = xb[b];
+        const float dall = xq.d * simd::f16_to_f32(wq.d);
+        const float dmin = -xq.d * simd::f16_to_f32(wq.dmin);
+
+        const __m128i sc_min8 = simd::q4_K_scales_mins(wq.scales);  // 8 scales, then 8 mins
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sc_min8, sc_min8));
+        const __m128i bsum_pairs = _mm_hadd_epi16(load128(xq.bsums), load128(xq.bsums + 8));
+        acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, bsum_pairs)),
+                               acc_min);
+
+        const __m512i scales = repeat_in_both_i16_halves(_mm512_cvtepu8_epi32(sc_min8));
+        __m512i sumi = _mm512_setzero_si512();
+        for (int j = 0; j < 4; ++j) {
+            const __m512i q4 = _mm512_and_si512(_mm512_srlv_epi64(broadcast256(wq.qs + 32 * j), shift_lo_hi), mask4);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q4, load512(xq.qs + 64 * j)),
+                                       _mm512_permutexvar_epi32(pick[j], scales));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(dall), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32x16(acc) + hsum_f32x4(acc_min);
+}
+
+namespace {
+
+// The weight-sign bytes of the 8 groups of an IQ2_XXS super-block (qs = 8 x {a0, a1}, a1 in the
+// upper half of each u64 of `words`): byte 4g + l is the sign pattern of values 8l..8l+7 of
+// group g (bit j set = value j negative). The four 7-bit indices s_l in a1 are completed by
+// their parity bit (ksigns[s] = s | parity(s) << 7, MODEL.md 5.4), so no table is needed.
+__m256i iq2_xxs_sign_bytes(__m256i a1) {
+    const __m256i m7 = _mm256_set1_epi32(0x7F);
+    __m256i v = _mm256_and_si256(a1, m7);
+    v = _mm256_ternarylogic_epi32(v, _mm256_slli_epi32(a1, 1), _mm256_slli_epi32(m7, 8), 0xF8);  // v | (b & c)
+    v = _mm256_ternarylogic_epi32(v, _mm256_slli_epi32(a1, 2), _mm256_slli_epi32(m7, 16), 0xF8);
+    v = _mm256_ternarylogic_epi32(v, _mm256_slli_epi32(a1, 3), _mm256_slli_epi32(m7, 24), 0xF8);
+    // bit 0 of each byte of t becomes the xor of that byte's bits
+    __m256i t = _mm256_xor_si256(v, _mm256_srli_epi32(v, 4));
+    t = _mm256_xor_si256(t, _mm256_srli_epi32(t, 2));
+    t = _mm256_xor_si256(t, _mm256_srli_epi32(t, 1));
+    return _mm256_or_si256(v, _mm256_slli_epi32(_mm256_and_si256(t, _mm256_set1_epi8(1)), 7));
+}
+
+}  // namespace
+
+// y = d * dy / 8 * sum_g (2*ls_g + 1) * sum_{32 values} (+-grid) * qy, two groups per zmm.
+// |qy| is the unsigned maddubs operand; the grid value (<= 43) carries the product of the
+// weight sign and the sign of qy. Zen 4 runs 512-bit shuffles on half its vector pipes, so the
+// grid points are merged in with masked broadcast loads rather than shuffles, and the sign
+// masks go to k registers through general registers.
+float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
+    const auto *wb = static_cast<const BlockIQ2_XXS *>(w);
+    const auto *xb = static_cast<const BlockQ8_K *>(x);
+    const int64_t nb = n / kQK_K;
+    const auto *grid = reinterpret_cast<const long long *>(kIq2xxsGrid);
+    __m512i pick[4];  // int32 lanes 0-7 <- scale of group 2t, lanes 8-15 <- group 2t+1
+    for (int t = 0; t < 4; ++t) {
+        pick[t] = _mm512_add_epi32(_mm512_set1_epi32(2 * t),
+                                   _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    }
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const BlockIQ2_XXS &wq = wb[b];
+        const BlockQ8_K &xq = xb[b];
+        const auto *qs = reinterpret_cast<const uint8_t *>(wq.qs);
+        const __m512i words = load512(qs);  // u64 lane g = a0 | a1 << 32
+        const __m256i a1 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(words, 32));
+        const __m256i sc = _mm256_or_si256(_mm256_srli_epi32(a1, 27), _mm256_set1_epi32(1));  // 2*ls+1
+        const __m512i scales = repeat_in_both_i16_halves(_mm512_castsi256_si512(sc));
+        // the weight signs of groups 2t and 2t+1 as one 64-bit mask per step
+        const __m256i sign_bytes = iq2_xxs_sign_bytes(a1);
+        const __m128i signs_01 = _mm256_castsi256_si128(sign_bytes);
+        const __m128i signs_23 = _mm256_extracti128_si256(sign_bytes, 1);
+        const uint64_t sign_masks[4] = {
+            static_cast<uint64_t>(_mm_cvtsi128_si64(signs_01)),
+            static_cast<uint64_t>(_mm_extract_epi64(signs_01, 1)),
+            static_cast<uint64_t>(_mm_cvtsi128_si64(signs_23)),
+            static_cast<uint64_t>(_mm_extract_epi64(signs_23, 1))};
+        __m512i sumi = _mm512_setzero_si512();
+        for (int t = 0; t < 4; ++t) {
+            const uint8_t *i0 = qs + 16 * t;  // grid indices of group 2t, then (at +8) 2t+1
+            __m512i gv = _mm512_set1_epi64(grid[i0[0]]);
+            gv = _mm512_mask_set1_epi64(gv, 0x02, grid[i0[1]]);
+            gv = _mm512_mask_set1_epi64(gv, 0x04, grid[i0[2]]);
+            gv = _mm512_mask_set1_epi64(gv, 0x08, grid[i0[3]]);
+            gv = _mm512_mask_set1_epi64(gv, 0x10, grid[i0[8]]);
+            gv = _mm512_mask_set1_epi64(gv, 0x20, grid[i0[9]]);
+            gv = _mm512_mask_set1_epi64(gv, 0x40, grid[i0[10]]);
+            gv = _mm512_mask_set1_epi64(gv, 0x80, grid[i0[11]]);
+            const __m512i y = load512(xq.qs + 64 * t);
+            const __mmask64 negative = _cvtu64_mask64(sign_masks[t]) ^ _mm512_movepi8_mask(y);
+            const __m512i signed_grid = _mm512_mask_sub_epi8(gv, negative, _mm512_setzero_si512(), gv);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(_mm512_abs_epi8(y), signed_grid),
+                                       _mm512_permutexvar_epi32(pick[t], scales));
+        }
+        const float d = 0.125f * simd::f16_to_f32(wq.d) * xq.d;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32x16(acc);
+}
+
+}  // namespace ds4::quant::avx512

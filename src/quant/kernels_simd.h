@@ -1,0 +1,30 @@
+#pragma once
+// x86 SIMD kernels, one namespace per instruction set. Each function has the same contract as
+// its twin in kernels_ref.h; activation quantizers are bit-identical to the reference, dot
+// products agree within float reassociation. Only call a level that detected_simd_level() allows.
+#include <cstdint>
+
+namespace ds4::quant {
+
+#define DS4_SIMD_KERNEL_DECLS                                                        \
+    void quantize_row_q8_0(const float *src, void *dst, int64_t n);                  \
+    void quantize_row_q8_K(const float *src, void *dst, int64_t n);                  \
+    float vec_dot_f32_f32(int64_t n, const void *w, const void *x);                  \
+    float vec_dot_f16_f32(int64_t n, const void *w, const void *x);                  \
+    float vec_dot_bf16_f32(int64_t n, const void *w, const void *x);                 \
+    float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x);                \
+    float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x);               \
+    float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x);                \
+    float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x);                \
+    float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x);
+
+namespace avx2 {
+DS4_SIMD_KERNEL_DECLS
+}
+namespace avx512 {
+DS4_SIMD_KERNEL_DECLS
+}
+
+#undef DS4_SIMD_KERNEL_DECLS
+
+}  // namespace ds4::quant

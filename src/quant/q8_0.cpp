@@ -1,0 +1,50 @@
+// Q8_0: blocks of 32 int8 values with one f16 scale. value_i = d * q_i.
+#include <cmath>
+
+#include "quant/blocks.h"
+#include "quant/kernels_ref.h"
+
+namespace ds4::quant::ref {
+
+void dequantize_row_q8_0(const void *src, float *dst, int64_t n) {
+    const auto *blocks = static_cast<const BlockQ8_0 *>(src);
+    for (int64_t b = 0; b < n / kQK8_0; ++b) {
+        const float d = f16_to_f32(blocks[b].d);
+        for (int i = 0; i < kQK8_0; ++i) dst[b * kQK8_0 + i] = blocks[b].qs[i] * d;
+    }
+}
+
+void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
+    auto *blocks = static_cast<BlockQ8_0 *>(dst);
+    for (int64_t b = 0; b < n / kQK8_0; ++b) {
+        const float *x = src + b * kQK8_0;
+        float amax = 0.0f;
+        for (int i = 0; i < kQK8_0; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        blocks[b].d = f32_to_f16(d);
+        for (int i = 0; i < kQK8_0; ++i) {
+            float q = std::round(x[i] * id);  // half away from zero, as ggml's roundf
+            // |x * id| <= 127 up to rounding; the clamp only matters when 1/d overflows
+            // (amax below ~4e-37), where x * id is inf or NaN.
+            if (!(q >= -128.0f)) q = (q < 0.0f) ? -128.0f : 0.0f;
+            if (q > 127.0f) q = 127.0f;
+            blocks[b].qs[i] = static_cast<int8_t>(q);
+        }
+    }
+}
+
+// y = sum over blocks of f16(d_w) * f16(d_x) * (sum_i q_w[i] * q_x[i])
+float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
+    const auto *wb = static_cast<const BlockQ8_0 *>(w);
+    const auto *xb = static_cast<const BlockQ8_0 *>(x);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / kQK8_0; ++b) {
+        int32_t sumi = 0;
+        for (int i = 0; i < kQK8_0; ++i) sumi += wb[b].qs[i] * xb[b].qs[i];
+        sum += static_cast<float>(sumi) * (f16_to_f32(wb[b].d) * f16_to_f32(xb[b].d));
+    }
+    return sum;
+}
+
+}  // namespace ds4::quant::ref

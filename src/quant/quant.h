@@ -1,0 +1,60 @@
+#pragma once
+// Block formats as one table of row operations, dispatched by ggml type and CPU features.
+//
+//   dequantize_row : n values of a weight row -> f32
+//   quantize_row   : f32 -> n values in the format (only for formats we produce)
+//   vec_dot        : one weight row . one activation row, where the activation row is in
+//                    `vec_dot_type` (Q8_0 for Q8_0/MXFP4 weights, Q8_K for K-quants and IQ2_XXS,
+//                    F32 for F32/F16/BF16). The result is a float.
+//
+// n is always a multiple of the format's block size. Every SIMD variant is tested against the
+// scalar reference (tests/quant).
+#include <cstddef>
+#include <cstdint>
+
+#include "gguf/ggml_type.h"
+
+namespace ds4::quant {
+
+// What each level needs from the CPU: exactly the instruction sets its kernels are compiled
+// for (src/quant/CMakeLists.txt), so the compiler may use any of them.
+//   AVX2:   avx2, fma, f16c, bmi2
+//   AVX512: the AVX2 set and avx512f, avx512bw, avx512vl, avx512dq, avx512vnni
+enum class SimdLevel { Scalar = 0, AVX2 = 1, AVX512 = 2 };
+const char *simd_level_name(SimdLevel level);
+// Best level this CPU supports, whatever the environment says (cached).
+SimdLevel cpu_simd_level();
+// The level in use: cpu_simd_level(), capped by DS4_SIMD=scalar|avx2|avx512 when that is set
+// (read once, on first use). Throws ds4::Error if DS4_SIMD holds anything else.
+SimdLevel detected_simd_level();
+// The rule detected_simd_level() applies: cpu capped by the DS4_SIMD value (null or empty:
+// no cap). Throws ds4::Error for an unknown value.
+SimdLevel cap_simd_level(SimdLevel cpu, const char *ds4_simd_value);
+
+using DequantizeRowFn = void (*)(const void *src, float *dst, int64_t n);
+using QuantizeRowFn = void (*)(const float *src, void *dst, int64_t n);
+using VecDotFn = float (*)(int64_t n, const void *w_row, const void *act_row);
+
+struct TypeKernels {
+    GgmlType type;
+    GgmlType vec_dot_type;           // the activation format vec_dot expects
+    DequantizeRowFn dequantize_row;  // never null for supported types
+    QuantizeRowFn quantize_row;      // null when we never produce this format
+    VecDotFn vec_dot;                // null for Q8_K, which is never a weight format
+};
+
+bool is_supported(GgmlType type);
+// Kernels for `type` at detected_simd_level() (or at `level`, falling back to lower levels
+// for what a level does not implement). Throws ds4::Error for unsupported types, and for a
+// level above cpu_simd_level() (its kernels would not run here).
+const TypeKernels &kernels(GgmlType type);
+const TypeKernels &kernels(GgmlType type, SimdLevel level);
+
+// Convenience wrappers over the table at the detected level. They check that n is a
+// multiple of the block size, and quantize_row that the format can be produced.
+void dequantize_row(GgmlType type, const void *src, float *dst, int64_t n);
+void quantize_row(GgmlType type, const float *src, void *dst, int64_t n);
+// Bytes of a row of n values (same as ggml_row_bytes).
+size_t row_size(GgmlType type, int64_t n);
+
+}  // namespace ds4::quant

@@ -1,0 +1,482 @@
+// The AVX2 and AVX-512 kernels (kernels_simd.h) against their scalar twins (kernels_ref.h), at
+// every level this CPU can run (the others are skipped, with the reason):
+//   * activation quantizers (Q8_0, Q8_K): bit-identical output, nothing written past the row;
+//   * dot products: |simd - ref| <= 1e-5 * sum_i |w_i * x_i| over the dequantized values.
+// Row lengths of 1, 2, 3, 7, 16 and 64 blocks (and odd element counts for the float formats)
+// reach every unrolled and tail path. Besides random valid blocks, extreme blocks (largest
+// quants and sub-scales, activations of -128, all signs negative) reach the products that would
+// overflow or wrap in 8- and 16-bit shortcuts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "quant/blocks.h"
+#include "quant/iq2_tables.h"
+#include "quant/kernels_ref.h"
+#include "quant/kernels_simd.h"
+#include "quant/quant.h"
+#include "quant/random_blocks.h"
+
+namespace ds4::quant {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The kernels of one level, by role.
+
+struct SimdKernelSet {
+    const char *name;
+    SimdLevel level;
+    QuantizeRowFn quantize_q8_0;
+    QuantizeRowFn quantize_q8_K;
+    VecDotFn dot_f32;
+    VecDotFn dot_f16;
+    VecDotFn dot_bf16;
+    VecDotFn dot_q8_0;
+    VecDotFn dot_mxfp4;
+    VecDotFn dot_q2_K;
+    VecDotFn dot_q4_K;
+    VecDotFn dot_iq2_xxs;
+};
+
+#define DS4_KERNEL_SET(ns, level)                                                              \
+    SimdKernelSet {                                                                            \
+        #ns, level, ns::quantize_row_q8_0, ns::quantize_row_q8_K, ns::vec_dot_f32_f32,        \
+            ns::vec_dot_f16_f32, ns::vec_dot_bf16_f32, ns::vec_dot_q8_0_q8_0,                  \
+            ns::vec_dot_mxfp4_q8_0, ns::vec_dot_q2_K_q8_K, ns::vec_dot_q4_K_q8_K,              \
+            ns::vec_dot_iq2_xxs_q8_K                                                           \
+    }
+const SimdKernelSet kAvx2 = DS4_KERNEL_SET(avx2, SimdLevel::AVX2);
+const SimdKernelSet kAvx512 = DS4_KERNEL_SET(avx512, SimdLevel::AVX512);
+#undef DS4_KERNEL_SET
+
+// One dot product: weight format, activation format, the reference, the SIMD twin's slot, and
+// the reference dequantizers that give the values behind the tolerance.
+struct DotCase {
+    const char *name;
+    GgmlType weight_type;
+    GgmlType act_type;
+    VecDotFn ref;
+    VecDotFn SimdKernelSet::*simd;
+    DequantizeRowFn dequantize_weight;
+    DequantizeRowFn dequantize_act;
+    int64_t block;  // values per weight block
+};
+
+const DotCase kDotCases[] = {
+    {"f32", GgmlType::F32, GgmlType::F32, ref::vec_dot_f32_f32, &SimdKernelSet::dot_f32,
+     ref::dequantize_row_f32, ref::dequantize_row_f32, 1},
+    {"f16", GgmlType::F16, GgmlType::F32, ref::vec_dot_f16_f32, &SimdKernelSet::dot_f16,
+     ref::dequantize_row_f16, ref::dequantize_row_f32, 1},
+    {"bf16", GgmlType::BF16, GgmlType::F32, ref::vec_dot_bf16_f32, &SimdKernelSet::dot_bf16,
+     ref::dequantize_row_bf16, ref::dequantize_row_f32, 1},
+    {"q8_0", GgmlType::Q8_0, GgmlType::Q8_0, ref::vec_dot_q8_0_q8_0, &SimdKernelSet::dot_q8_0,
+     ref::dequantize_row_q8_0, ref::dequantize_row_q8_0, kQK8_0},
+    {"mxfp4", GgmlType::MXFP4, GgmlType::Q8_0, ref::vec_dot_mxfp4_q8_0, &SimdKernelSet::dot_mxfp4,
+     ref::dequantize_row_mxfp4, ref::dequantize_row_q8_0, kQK_MXFP4},
+    {"q2_K", GgmlType::Q2_K, GgmlType::Q8_K, ref::vec_dot_q2_K_q8_K, &SimdKernelSet::dot_q2_K,
+     ref::dequantize_row_q2_K, ref::dequantize_row_q8_K, kQK_K},
+    {"q4_K", GgmlType::Q4_K, GgmlType::Q8_K, ref::vec_dot_q4_K_q8_K, &SimdKernelSet::dot_q4_K,
+     ref::dequantize_row_q4_K, ref::dequantize_row_q8_K, kQK_K},
+    {"iq2_xxs", GgmlType::IQ2_XXS, GgmlType::Q8_K, ref::vec_dot_iq2_xxs_q8_K,
+     &SimdKernelSet::dot_iq2_xxs, ref::dequantize_row_iq2_xxs, ref::dequantize_row_q8_K, kQK_K},
+};
+
+constexpr double kDotTolerance = 1e-5;  // relative to sum_i |w_i x_i|
+constexpr int64_t kBlockCounts[] = {1, 2, 3, 7, 16, 64};
+constexpr int64_t kFloatLengths[] = {1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 100, 257, 1024, 4099};
+constexpr int kRowsPerLength = 6;
+constexpr size_t kGuardBytes = 64;
+constexpr uint8_t kGuardByte = 0xA5;
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+
+// SplitMix64, so the inputs are the same on every platform and standard library.
+class Rng {
+public:
+    explicit Rng(uint64_t seed) : state_(seed) {}
+    uint64_t next() {
+        uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    float uniform(float lo, float hi) {
+        return lo + (hi - lo) * (static_cast<float>(next() >> 40) * 0x1p-24f);
+    }
+    int below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
+
+private:
+    uint64_t state_;
+};
+
+// f32 values for the quantizers: per 32 values, a random magnitude between 1e-6 and 1e6.
+std::vector<float> random_activations(int64_t n, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<float> x(static_cast<size_t>(n));
+    float magnitude = 1.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        if (i % 32 == 0) magnitude = std::pow(10.0f, rng.uniform(-6.0f, 6.0f));
+        x[static_cast<size_t>(i)] = magnitude * rng.uniform(-1.0f, 1.0f);
+    }
+    return x;
+}
+
+void recompute_bsums(BlockQ8_K &block) {
+    for (int k = 0; k < kQK_K / 16; ++k) {
+        int sum = 0;
+        for (int i = 0; i < 16; ++i) sum += block.qs[16 * k + i];
+        block.bsums[k] = static_cast<int16_t>(sum);
+    }
+}
+
+// Puts -128 (which the quantizers never produce, but a Q8 block may hold) into about one value
+// in eight of every Q8_0 / Q8_K block.
+void sprinkle_minus_128(GgmlType type, std::vector<uint8_t> &row, uint64_t seed) {
+    Rng rng(seed);
+    if (type == GgmlType::Q8_0) {
+        auto *blocks = reinterpret_cast<BlockQ8_0 *>(row.data());
+        for (size_t b = 0; b < row.size() / sizeof(BlockQ8_0); ++b)
+            for (auto &q : blocks[b].qs)
+                if (rng.below(8) == 0) q = -128;
+    } else if (type == GgmlType::Q8_K) {
+        auto *blocks = reinterpret_cast<BlockQ8_K *>(row.data());
+        for (size_t b = 0; b < row.size() / sizeof(BlockQ8_K); ++b) {
+            for (auto &q : blocks[b].qs)
+                if (rng.below(8) == 0) q = -128;
+            recompute_bsums(blocks[b]);
+        }
+    }
+}
+
+// An activation row of the case's format: random valid blocks (half the rows also with -128s),
+// or, for Q8 formats on odd rows, the reference quantization of random floats.
+std::vector<uint8_t> activation_row(const DotCase &c, int64_t n, uint64_t seed, int row) {
+    if (c.act_type != GgmlType::F32 && row % 2 == 1) {
+        const std::vector<float> x = random_activations(n, seed);
+        std::vector<uint8_t> out(row_size(c.act_type, n));
+        if (c.act_type == GgmlType::Q8_0) ref::quantize_row_q8_0(x.data(), out.data(), n);
+        else ref::quantize_row_q8_K(x.data(), out.data(), n);
+        return out;
+    }
+    std::vector<uint8_t> out = random_blocks(c.act_type, n, seed, 3.0f);
+    if (row % 4 == 2) sprinkle_minus_128(c.act_type, out, seed + 1);
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks
+
+// sum_i |w_i x_i| over the dequantized rows: the scale of the allowed difference.
+double abs_product_sum(const DotCase &c, const void *w, const void *x, int64_t n) {
+    std::vector<float> wf(static_cast<size_t>(n)), xf(static_cast<size_t>(n));
+    c.dequantize_weight(w, wf.data(), n);
+    c.dequantize_act(x, xf.data(), n);
+    double sum = 0.0;
+    for (size_t i = 0; i < wf.size(); ++i) sum += std::fabs(static_cast<double>(wf[i]) * xf[i]);
+    return sum;
+}
+
+void expect_dot_close(const SimdKernelSet &k, const DotCase &c, const void *w, const void *x,
+                      int64_t n, const std::string &what) {
+    const float want = c.ref(n, w, x);
+    const float got = (k.*c.simd)(n, w, x);
+    const double scale = abs_product_sum(c, w, x, n);
+    ASSERT_TRUE(std::isfinite(want) && std::isfinite(scale)) << what << ": test input overflows";
+    EXPECT_LE(std::fabs(static_cast<double>(got) - want), kDotTolerance * scale)
+        << what << ": " << k.name << " " << got << ", reference " << want << ", sum|wx| " << scale;
+}
+
+// Runs a quantizer into a buffer followed by guard bytes and returns the row; fails the test
+// if a guard byte changed.
+std::vector<uint8_t> quantize_guarded(QuantizeRowFn fn, GgmlType type, const float *x, int64_t n,
+                                      const std::string &what) {
+    const size_t bytes = row_size(type, n);
+    std::vector<uint8_t> out(bytes + kGuardBytes, kGuardByte);
+    fn(x, out.data(), n);
+    for (size_t i = bytes; i < out.size(); ++i) {
+        if (out[i] != kGuardByte) {
+            ADD_FAILURE() << what << ": wrote past the row at byte " << i - bytes;
+            break;
+        }
+    }
+    out.resize(bytes);
+    return out;
+}
+
+// Bit-identical to the reference; the first differing block is reported.
+void expect_quantize_identical(QuantizeRowFn simd, QuantizeRowFn reference, GgmlType type,
+                               const std::vector<float> &x, const std::string &what) {
+    const auto n = static_cast<int64_t>(x.size());
+    const std::vector<uint8_t> want = quantize_guarded(reference, type, x.data(), n, what + " ref");
+    const std::vector<uint8_t> got = quantize_guarded(simd, type, x.data(), n, what);
+    if (want == got) return;
+    const size_t block_bytes = row_size(type, ggml_type_info(type).block_elems);
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (want[i] != got[i]) {
+            ADD_FAILURE() << what << ": differs from the reference in block " << i / block_bytes
+                          << " at byte " << i % block_bytes << " (" << int(got[i]) << " vs "
+                          << int(want[i]) << ")";
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests, once per level
+
+class SimdKernels : public ::testing::TestWithParam<const SimdKernelSet *> {
+protected:
+    void SetUp() override {
+        if (cpu_simd_level() < GetParam()->level)
+            GTEST_SKIP() << "this CPU lacks the " << GetParam()->name << " instruction set (best: "
+                         << simd_level_name(cpu_simd_level()) << ")";
+    }
+    const SimdKernelSet &k() const { return *GetParam(); }
+};
+
+TEST_P(SimdKernels, DotProductsMatchReferenceOnRandomRows) {
+    for (const DotCase &c : kDotCases) {
+        std::vector<int64_t> lengths;
+        if (c.block == 1) lengths.assign(std::begin(kFloatLengths), std::end(kFloatLengths));
+        else
+            for (int64_t nb : kBlockCounts) lengths.push_back(nb * c.block);
+        for (int64_t n : lengths) {
+            for (int row = 0; row < kRowsPerLength; ++row) {
+                const uint64_t seed = 1000 * static_cast<uint64_t>(n) + static_cast<uint64_t>(row);
+                const std::vector<uint8_t> w = random_blocks(c.weight_type, n, seed, 2.0f);
+                const std::vector<uint8_t> x = activation_row(c, n, seed + 7777, row);
+                expect_dot_close(k(), c, w.data(), x.data(), n,
+                                 std::string(c.name) + " n=" + std::to_string(n) + " row " + std::to_string(row));
+            }
+        }
+    }
+}
+
+// Every weight at its largest quant and sub-scale and every activation at -128 (then +127, then
+// alternating), so each per-block integer sum is as large as the format allows.
+TEST_P(SimdKernels, DotProductsExactAtExtremeQuants) {
+    const int64_t nb = 7;
+    for (int variant = 0; variant < 3; ++variant) {
+        auto act_q = [&](int i) -> int8_t {
+            if (variant == 0) return -128;
+            if (variant == 1) return 127;
+            return i % 2 == 0 ? -128 : 127;
+        };
+        const std::string tag = " activations " + std::string(variant == 0 ? "-128" : variant == 1 ? "127" : "+-");
+
+        std::vector<BlockQ8_0> x0(static_cast<size_t>(nb * kQK_K / kQK8_0));
+        for (auto &b : x0) {
+            b.d = ref::f32_to_f16(1000.0f);
+            for (int i = 0; i < kQK8_0; ++i) b.qs[i] = act_q(i);
+        }
+        std::vector<BlockQ8_K> xk(static_cast<size_t>(nb));
+        for (auto &b : xk) {
+            b.d = 1000.0f;
+            for (int i = 0; i < kQK_K; ++i) b.qs[i] = act_q(i);
+            recompute_bsums(b);
+        }
+
+        // Q8_0: weights all -128
+        std::vector<BlockQ8_0> w80(x0.size());
+        for (auto &b : w80) {
+            b.d = ref::f32_to_f16(60000.0f);
+            std::memset(b.qs, 0x80, sizeof b.qs);
+        }
+        const int64_t n0 = static_cast<int64_t>(x0.size()) * kQK8_0;
+        expect_dot_close(k(), kDotCases[3], w80.data(), x0.data(), n0, "q8_0 all -128" + tag);
+        // MXFP4: every code -6 (doubled: -12), then every code +6
+        for (uint8_t code : {uint8_t{0xFF}, uint8_t{0x77}}) {
+            std::vector<BlockMXFP4> wm(x0.size());
+            for (auto &b : wm) {
+                b.e = 127 + 20;
+                std::memset(b.qs, code, sizeof b.qs);
+            }
+            expect_dot_close(k(), kDotCases[4], wm.data(), x0.data(), n0, "mxfp4 |6|" + tag);
+        }
+        // Q2_K: sub-scales and mins 15, quants 3
+        std::vector<BlockQ2_K> w2(static_cast<size_t>(nb));
+        for (auto &b : w2) {
+            std::memset(b.scales, 0xFF, sizeof b.scales);
+            std::memset(b.qs, 0xFF, sizeof b.qs);
+            b.d = ref::f32_to_f16(60000.0f);
+            b.dmin = ref::f32_to_f16(50000.0f);
+        }
+        expect_dot_close(k(), kDotCases[5], w2.data(), xk.data(), nb * kQK_K, "q2_K max" + tag);
+        // Q4_K: scales and mins 63, quants 15
+        std::vector<BlockQ4_K> w4(static_cast<size_t>(nb));
+        for (auto &b : w4) {
+            std::memset(b.scales, 0xFF, sizeof b.scales);
+            std::memset(b.qs, 0xFF, sizeof b.qs);
+            b.d = ref::f32_to_f16(60000.0f);
+            b.dmin = ref::f32_to_f16(50000.0f);
+        }
+        expect_dot_close(k(), kDotCases[6], w4.data(), xk.data(), nb * kQK_K, "q4_K max" + tag);
+        // IQ2_XXS: the grid point of largest magnitudes, scale 15, all signs negative (a1 of all
+        // ones: four sign indices of 127, whose parity completes them to 0xFF), then all positive
+        int largest = 0;
+        auto grid_sum = [](int i) {
+            int s = 0;
+            for (int j = 0; j < 8; ++j) s += static_cast<int>((kIq2xxsGrid[i] >> (8 * j)) & 0xFF);
+            return s;
+        };
+        for (int i = 1; i < 256; ++i)
+            if (grid_sum(i) > grid_sum(largest)) largest = i;
+        for (uint32_t a1 : {0xFFFFFFFFu, 0xF0000000u}) {
+            std::vector<BlockIQ2_XXS> wi(static_cast<size_t>(nb));
+            for (auto &b : wi) {
+                b.d = ref::f32_to_f16(60000.0f);
+                for (int g = 0; g < 8; ++g) {
+                    const uint32_t a0 = 0x01010101u * static_cast<uint32_t>(largest);
+                    std::memcpy(&b.qs[4 * g], &a0, 4);
+                    std::memcpy(&b.qs[4 * g + 2], &a1, 4);
+                }
+            }
+            expect_dot_close(k(), kDotCases[7], wi.data(), xk.data(), nb * kQK_K,
+                             "iq2_xxs max a1=" + std::to_string(a1) + tag);
+        }
+    }
+}
+
+// Weights and activations of extreme float magnitudes for the float formats: f16 65504 and
+// subnormals, bf16 near 1e30, huge and tiny f32.
+TEST_P(SimdKernels, FloatDotProductsAtExtremeValues) {
+    const int64_t n = 1031;
+    Rng rng(99);
+    std::vector<float> x(static_cast<size_t>(n)), wf(static_cast<size_t>(n));
+    std::vector<uint16_t> wh(static_cast<size_t>(n)), wb(static_cast<size_t>(n));
+    for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = rng.uniform(-1.0f, 1.0f) * (i % 3 == 0 ? 1e20f : 1e-20f);
+        wf[i] = rng.uniform(-1.0f, 1.0f) * (i % 5 == 0 ? 1e15f : 1e-30f);
+        wh[i] = i % 2 == 0 ? uint16_t{0x7BFF} : static_cast<uint16_t>(0x8001 + i % 0x3FF);  // max, subnormal
+        wb[i] = static_cast<uint16_t>(i % 2 == 0 ? 0x7149 : 0x0080 + i % 64);  // ~1e30, tiny
+    }
+    expect_dot_close(k(), kDotCases[0], wf.data(), x.data(), n, "f32 extremes");
+    expect_dot_close(k(), kDotCases[1], wh.data(), x.data(), n, "f16 extremes");
+    for (float &v : x) v *= 1e-22f;
+    expect_dot_close(k(), kDotCases[2], wb.data(), x.data(), n, "bf16 extremes");
+}
+
+TEST_P(SimdKernels, ActivationQuantizersBitIdenticalOnRandomRows) {
+    for (int64_t nb : kBlockCounts) {
+        for (int row = 0; row < kRowsPerLength; ++row) {
+            const uint64_t seed = 500 * static_cast<uint64_t>(nb) + static_cast<uint64_t>(row);
+            const std::string where = " blocks=" + std::to_string(nb) + " row " + std::to_string(row);
+            const std::vector<float> x0 = random_activations(nb * kQK8_0, seed);
+            expect_quantize_identical(k().quantize_q8_0, ref::quantize_row_q8_0, GgmlType::Q8_0, x0,
+                                      "q8_0" + where);
+            const std::vector<float> xk = random_activations(nb * kQK_K, seed);
+            expect_quantize_identical(k().quantize_q8_K, ref::quantize_row_q8_K, GgmlType::Q8_K, xk,
+                                      "q8_K" + where);
+        }
+    }
+}
+
+// Blocks that take the quantizers' special paths, one block each, for both block sizes:
+// all zero; one nonzero value; the largest magnitude negative; a tie between +a and -a for the
+// largest magnitude (Q8_K keeps the first); values that scale to exact halves (rounding
+// direction); a tiny largest magnitude (1/d overflows in Q8_0); signed zeros.
+std::vector<float> special_blocks(int block, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<std::vector<float>> blocks;
+    auto random_block = [&](float mag) {
+        std::vector<float> b(static_cast<size_t>(block));
+        for (float &v : b) v = mag * rng.uniform(-1.0f, 1.0f);
+        return b;
+    };
+    blocks.push_back(std::vector<float>(static_cast<size_t>(block), 0.0f));
+    {
+        std::vector<float> b(static_cast<size_t>(block), 0.0f);
+        b[5] = -3.5f;
+        blocks.push_back(b);
+    }
+    {
+        auto b = random_block(1.0f);
+        b[7] = -4.0f;
+        blocks.push_back(b);
+    }
+    for (float first : {1.0f, -1.0f}) {
+        auto b = random_block(0.9f);
+        b[3] = first;
+        b[block - 2] = -first;
+        blocks.push_back(b);
+    }
+    {
+        // k/2 * amax/127 for integer k: x / d lands on or next to a half
+        std::vector<float> b(static_cast<size_t>(block));
+        for (float &v : b) v = static_cast<float>(rng.below(509) - 254) / 2.0f * (3.0f / 127.0f);
+        b[0] = 3.0f;
+        blocks.push_back(b);
+        for (float &v : b) v = -v;
+        blocks.push_back(b);
+    }
+    {
+        std::vector<float> b(static_cast<size_t>(block));
+        for (int i = 0; i < block; ++i) b[static_cast<size_t>(i)] = static_cast<float>(i - block / 2) * 0.5f;
+        blocks.push_back(b);
+    }
+    blocks.push_back(random_block(1e-36f));  // Q8_K's iscale stays finite
+    blocks.push_back(random_block(1e30f));
+    {
+        auto b = random_block(1.0f);
+        for (int i = 0; i < block; i += 3) b[static_cast<size_t>(i)] = (i % 2 == 0) ? 0.0f : -0.0f;
+        blocks.push_back(b);
+    }
+    std::vector<float> x;
+    for (const auto &b : blocks) x.insert(x.end(), b.begin(), b.end());
+    return x;
+}
+
+TEST_P(SimdKernels, ActivationQuantizersBitIdenticalOnSpecialBlocks) {
+    expect_quantize_identical(k().quantize_q8_0, ref::quantize_row_q8_0, GgmlType::Q8_0,
+                              special_blocks(kQK8_0, 1), "q8_0 special");
+    expect_quantize_identical(k().quantize_q8_K, ref::quantize_row_q8_K, GgmlType::Q8_K,
+                              special_blocks(kQK_K, 2), "q8_K special");
+
+    // Q8_0 defines the non-finite cases (NaN -> 0, +-inf -> the int8 bounds, 1/d overflowing
+    // for a subnormal amax); Q8_K's lrint of them is unspecified, so only Q8_0 sees them.
+    std::vector<float> x = special_blocks(kQK8_0, 3);
+    const float inf = std::numeric_limits<float>::infinity();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> odd(4 * kQK8_0);
+    Rng rng(4);
+    for (float &v : odd) v = rng.uniform(-1.0f, 1.0f);
+    odd[3] = nan;                                                      // block 0: a NaN
+    odd[kQK8_0 + 4] = inf;                                             // block 1: +inf
+    odd[kQK8_0 + 9] = -inf;
+    for (int i = 0; i < kQK8_0; ++i) odd[2 * kQK8_0 + i] *= 1e-39f;    // block 2: subnormal amax
+    odd[3 * kQK8_0 + 1] = nan;                                         // block 3: NaN first
+    odd[3 * kQK8_0] = nan;
+    x.insert(x.end(), odd.begin(), odd.end());
+    expect_quantize_identical(k().quantize_q8_0, ref::quantize_row_q8_0, GgmlType::Q8_0, x,
+                              "q8_0 non-finite");
+}
+
+// The quantized activation and the dot product together: what a matvec does with them.
+TEST_P(SimdKernels, QuantizedActivationDotsAgreeWithReferencePipeline) {
+    const int64_t n = 16 * kQK_K;
+    const std::vector<float> x = random_activations(n, 77);
+    for (const DotCase &c : kDotCases) {
+        if (c.act_type == GgmlType::F32) continue;
+        const std::vector<uint8_t> w = random_blocks(c.weight_type, n, 78, 1.0f);
+        std::vector<uint8_t> x_ref(row_size(c.act_type, n)), x_simd(x_ref.size());
+        const bool q80 = c.act_type == GgmlType::Q8_0;
+        (q80 ? ref::quantize_row_q8_0 : ref::quantize_row_q8_K)(x.data(), x_ref.data(), n);
+        (q80 ? k().quantize_q8_0 : k().quantize_q8_K)(x.data(), x_simd.data(), n);
+        ASSERT_EQ(x_ref, x_simd) << c.name;
+        expect_dot_close(k(), c, w.data(), x_simd.data(), n, std::string(c.name) + " pipeline");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, SimdKernels, ::testing::Values(&kAvx2, &kAvx512),
+                         [](const ::testing::TestParamInfo<const SimdKernelSet *> &info) {
+                             return std::string(info.param->name);
+                         });
+
+}  // namespace
+}  // namespace ds4::quant
