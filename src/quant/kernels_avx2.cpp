@@ -1,10 +1,11 @@
-// AVX2 (+FMA, F16C, BMI2) twins of the scalar reference kernels in kernels_ref.cpp: the two
+// AVX2 (+FMA, F16C, BMI2) twins of the scalar reference kernels (kernels_ref.h): the two
 // activation quantizers (bit-identical to the reference) and the weight-row . activation-row
 // dot products (equal up to float reassociation). Layouts and formulas: MODEL.md section 5.
 //
 // Every integer product is exact for every valid block, including activations of -128 and
 // weights of -128: where ggml's sign trick (maddubs(|x|, sign(w, x))) would wrap -(-128) or
-// saturate, these kernels widen to int16 or keep the 8-bit operand that cannot overflow.
+// saturate, these kernels widen to int16 (Q8_0) or give the sign to the operand that cannot
+// overflow (MXFP4, IQ2_XXS: |x| <= 128 unsigned times a signed value <= 43).
 //
 // This file is compiled with -mavx2 while others are not, so it defines no inline function
 // with external linkage and instantiates no std:: template: the linker could otherwise keep
@@ -21,6 +22,13 @@
 
 namespace ds4::quant::avx2 {
 namespace {
+
+__m256i load256(const void *p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+}
+__m128i load128(const void *p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+}
 
 float hsum_f32x8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -42,17 +50,17 @@ float hmax_f32x8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-__m256 abs_f32x8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+__m256 abs_f32x8(__m256 v) {
+    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+}
 
 // Exact sum of w_i * x_i over 32 signed bytes each, as 8 int32 partial sums (widening to int16
 // keeps -128 * -128 exact, which maddubs cannot).
 __m256i dot_i8x32_exact(const int8_t *w, const int8_t *x) {
-    const __m256i w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w)));
-    const __m256i w_hi =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + 16)));
-    const __m256i x_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x)));
-    const __m256i x_hi =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(x + 16)));
+    const __m256i w_lo = _mm256_cvtepi8_epi16(load128(w));
+    const __m256i w_hi = _mm256_cvtepi8_epi16(load128(w + 16));
+    const __m256i x_lo = _mm256_cvtepi8_epi16(load128(x));
+    const __m256i x_hi = _mm256_cvtepi8_epi16(load128(x + 16));
     return _mm256_add_epi32(_mm256_madd_epi16(w_lo, x_lo), _mm256_madd_epi16(w_hi, x_hi));
 }
 
@@ -61,17 +69,15 @@ __m256i dot_u8_s8_to_i32(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-__m256i load256(const void *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
-__m128i load128(const void *p) { return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)); }
-
 // roundf(v) clamped to [-128, 127] as the reference does: ties away from zero, NaN -> 0,
 // +-inf -> the bound (1/d overflows when amax is tiny). Returns int32 lanes.
 __m256i round_half_away_clamped_epi32(__m256 v) {
     const __m256 truncated = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     const __m256 frac = _mm256_sub_ps(v, truncated);  // exact (NaN for inf)
     const __m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
-    const __m256 away = _mm256_and_ps(_mm256_cmp_ps(abs_f32x8(frac), _mm256_set1_ps(0.5f), _CMP_GE_OQ),
-                                      _mm256_or_ps(sign, _mm256_set1_ps(1.0f)));
+    const __m256 away =
+        _mm256_and_ps(_mm256_cmp_ps(abs_f32x8(frac), _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                      _mm256_or_ps(sign, _mm256_set1_ps(1.0f)));
     __m256 r = _mm256_add_ps(truncated, away);
     r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));  // NaN -> 0
     r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-128.0f)), _mm256_set1_ps(127.0f));
@@ -86,31 +92,47 @@ __m256i pack_i32_to_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
     return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// For the 8 groups of an IQ2_XXS super-block: the group's 32 weight signs as one word (bit i set
-// = value i negative) and its integer scale 2*ls+1. The four 7-bit sign indices s_l of the
-// group's second u32 a1 become bytes, each completed by its parity bit (ksigns[s] = s |
-// parity(s) << 7, MODEL.md 5.4).
-void iq2_xxs_sign_words(const uint8_t *qs, uint32_t *sign_words, uint32_t *group_scales) {
-    const __m256 groups_0_3 = _mm256_castsi256_ps(load256(qs));  // a0 a1 of groups 0..3
-    const __m256 groups_4_7 = _mm256_castsi256_ps(load256(qs + 32));
-    // odd u32 lanes: a1 of groups 0 1 4 5 | 2 3 6 7, then put the 64-bit pairs in order
-    const __m256i a1 = _mm256_permute4x64_epi64(
-        _mm256_castps_si256(_mm256_shuffle_ps(groups_0_3, groups_4_7, _MM_SHUFFLE(3, 1, 3, 1))),
-        _MM_SHUFFLE(3, 1, 2, 0));
+// IQ2_XXS sign words and scales are unpacked for up to this many super-blocks in a first pass:
+// the parity computation is a long dependency chain, and ahead of the dot loop it no longer
+// holds up the products.
+constexpr int kIq2Chunk = 16;
+
+struct Iq2Unpacked {
+    alignas(32) uint32_t sign_words[kIq2Chunk][8];  // per group: bit i set = value i negative
+    alignas(32) uint32_t scales[kIq2Chunk][8];      // per group: 2*ls+1 in both int16 halves
+};
+
+// Each group's second u32 a1 holds four 7-bit sign indices s_l (bits 7l..7l+6) and the scale ls
+// (bits 28..31). Sign byte l is s_l completed by its parity bit (ksigns[s] = s | parity(s) << 7,
+// MODEL.md 5.4), so no table is needed.
+void iq2_xxs_unpack(const BlockIQ2_XXS *blocks, int count, Iq2Unpacked &out) {
     const __m256i m7 = _mm256_set1_epi32(0x7F);
-    __m256i v = _mm256_and_si256(a1, m7);
-    v = _mm256_or_si256(v, _mm256_and_si256(_mm256_slli_epi32(a1, 1), _mm256_slli_epi32(m7, 8)));
-    v = _mm256_or_si256(v, _mm256_and_si256(_mm256_slli_epi32(a1, 2), _mm256_slli_epi32(m7, 16)));
-    v = _mm256_or_si256(v, _mm256_and_si256(_mm256_slli_epi32(a1, 3), _mm256_slli_epi32(m7, 24)));
-    // bit 0 of each byte of t becomes the xor of that byte's bits
-    __m256i t = _mm256_xor_si256(v, _mm256_srli_epi32(v, 4));
-    t = _mm256_xor_si256(t, _mm256_srli_epi32(t, 2));
-    t = _mm256_xor_si256(t, _mm256_srli_epi32(t, 1));
-    v = _mm256_or_si256(v, _mm256_slli_epi32(_mm256_and_si256(t, _mm256_set1_epi8(1)), 7));
-    _mm256_store_si256(reinterpret_cast<__m256i *>(sign_words), v);
-    // (a1 >> 27) | 1 = 2 * (a1 >> 28) + 1
-    _mm256_store_si256(reinterpret_cast<__m256i *>(group_scales),
-                       _mm256_or_si256(_mm256_srli_epi32(a1, 27), _mm256_set1_epi32(1)));
+    for (int i = 0; i < count; ++i) {
+        const auto *qs = reinterpret_cast<const uint8_t *>(blocks[i].qs);
+        const __m256 groups_0_3 = _mm256_castsi256_ps(load256(qs));  // a0 a1 of groups 0..3
+        const __m256 groups_4_7 = _mm256_castsi256_ps(load256(qs + 32));
+        // odd u32 lanes: a1 of groups 0 1 4 5 | 2 3 6 7, then the 64-bit pairs put in order
+        const __m256i a1 = _mm256_permute4x64_epi64(
+            _mm256_castps_si256(_mm256_shuffle_ps(groups_0_3, groups_4_7, _MM_SHUFFLE(3, 1, 3, 1))),
+            _MM_SHUFFLE(3, 1, 2, 0));
+        __m256i v = _mm256_and_si256(a1, m7);
+        v = _mm256_or_si256(v,
+                            _mm256_and_si256(_mm256_slli_epi32(a1, 1), _mm256_slli_epi32(m7, 8)));
+        v = _mm256_or_si256(v,
+                            _mm256_and_si256(_mm256_slli_epi32(a1, 2), _mm256_slli_epi32(m7, 16)));
+        v = _mm256_or_si256(v,
+                            _mm256_and_si256(_mm256_slli_epi32(a1, 3), _mm256_slli_epi32(m7, 24)));
+        // bit 0 of each byte of t becomes the xor of that byte's bits
+        __m256i t = _mm256_xor_si256(v, _mm256_srli_epi32(v, 4));
+        t = _mm256_xor_si256(t, _mm256_srli_epi32(t, 2));
+        t = _mm256_xor_si256(t, _mm256_srli_epi32(t, 1));
+        v = _mm256_or_si256(v, _mm256_slli_epi32(_mm256_and_si256(t, _mm256_set1_epi8(1)), 7));
+        _mm256_store_si256(reinterpret_cast<__m256i *>(out.sign_words[i]), v);
+        const __m256i sc =
+            _mm256_or_si256(_mm256_srli_epi32(a1, 27), _mm256_set1_epi32(1));  // 2*ls+1
+        _mm256_store_si256(reinterpret_cast<__m256i *>(out.scales[i]),
+                           _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16)));
+    }
 }
 
 }  // namespace
@@ -183,7 +205,8 @@ void quantize_row_q8_K(const float *src, void *dst, int64_t n) {
             const __m256i s01 = _mm256_add_epi32(q[0], q[1]);
             const __m256i s23 = _mm256_add_epi32(q[2], q[3]);
             const __m256i h = _mm256_hadd_epi32(s01, s23);  // s01: 0+1 2+3 s23: 0+1 2+3 | ...
-            const __m128i h4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            const __m128i h4 =
+                _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
             const __m128i h2 = _mm_hadd_epi32(h4, h4);  // s01 total, s23 total, ...
             y.bsums[k / 16] = static_cast<int16_t>(_mm_cvtsi128_si32(h2));
             y.bsums[k / 16 + 1] = static_cast<int16_t>(_mm_extract_epi32(h2, 1));
@@ -201,7 +224,8 @@ float dot_f32_in_f64(int64_t n, const Weights &w, const float *x) {
     __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
     __m256d acc2 = _mm256_setzero_pd(), acc3 = _mm256_setzero_pd();
     auto fma4 = [&](int64_t i, __m256d acc) {
-        return _mm256_fmadd_pd(_mm256_cvtps_pd(w.load4(i)), _mm256_cvtps_pd(_mm_loadu_ps(x + i)), acc);
+        return _mm256_fmadd_pd(_mm256_cvtps_pd(w.load4(i)), _mm256_cvtps_pd(_mm_loadu_ps(x + i)),
+                               acc);
     };
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -251,7 +275,8 @@ struct BF16Weights {
 }  // namespace
 
 float vec_dot_f32_f32(int64_t n, const void *w, const void *x) {
-    return dot_f32_in_f64(n, F32Weights{static_cast<const float *>(w)}, static_cast<const float *>(x));
+    return dot_f32_in_f64(n, F32Weights{static_cast<const float *>(w)},
+                          static_cast<const float *>(x));
 }
 
 float vec_dot_f16_f32(int64_t n, const void *w, const void *x) {
@@ -305,14 +330,16 @@ float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x) {
         return dot_u8_s8_to_i32(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
     };
     for (; b + 2 <= nb; b += 2) {
-        const __m256 d0 = _mm256_set1_ps(simd::e8m0_to_f32_half(wb[b].e) * simd::f16_to_f32(xb[b].d));
+        const __m256 d0 =
+            _mm256_set1_ps(simd::e8m0_to_f32_half(wb[b].e) * simd::f16_to_f32(xb[b].d));
         const __m256 d1 =
             _mm256_set1_ps(simd::e8m0_to_f32_half(wb[b + 1].e) * simd::f16_to_f32(xb[b + 1].d));
         acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(block_dot(b)), acc0);
         acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(block_dot(b + 1)), acc1);
     }
     if (b < nb) {
-        const __m256 d0 = _mm256_set1_ps(simd::e8m0_to_f32_half(wb[b].e) * simd::f16_to_f32(xb[b].d));
+        const __m256 d0 =
+            _mm256_set1_ps(simd::e8m0_to_f32_half(wb[b].e) * simd::f16_to_f32(xb[b].d));
         acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(block_dot(b)), acc0);
     }
     return hsum_f32x8(_mm256_add_ps(acc0, acc1));
@@ -330,8 +357,9 @@ float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
     // the high lane (the eight int16 scales of a half are repeated in both lanes).
     __m256i scale_pick[4];
     for (int k = 0; k < 4; ++k) {
-        scale_pick[k] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(0x0100 * (4 * k + 1) + 4 * k)),
-                                          _mm_set1_epi16(static_cast<int16_t>(0x0100 * (4 * k + 3) + 4 * k + 2)));
+        scale_pick[k] = _mm256_setr_m128i(
+            _mm_set1_epi16(static_cast<int16_t>(0x0100 * (4 * k + 1) + 4 * k)),
+            _mm_set1_epi16(static_cast<int16_t>(0x0100 * (4 * k + 3) + 4 * k + 2)));
     }
     __m256 acc = _mm256_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
@@ -349,9 +377,8 @@ float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
         acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_prod), acc_min);
 
         const __m256i scales16 = _mm256_cvtepu8_epi16(scales8);
-        const __m256i half_scales[2] = {
-            _mm256_permute2x128_si256(scales16, scales16, 0x00),
-            _mm256_permute2x128_si256(scales16, scales16, 0x11)};
+        const __m256i half_scales[2] = {_mm256_permute2x128_si256(scales16, scales16, 0x00),
+                                        _mm256_permute2x128_si256(scales16, scales16, 0x11)};
 
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; ++h) {
@@ -394,8 +421,10 @@ float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 4; ++j) {
             // int16 scale of sub-block 2j (bytes 4j, 4j+1) and 2j+1 (bytes 4j+2, 4j+3)
-            const __m256i sc_lo = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>(0x0202 * 2 * j + 0x0100)));
-            const __m256i sc_hi = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>(0x0202 * (2 * j + 1) + 0x0100)));
+            const __m256i sc_lo = _mm256_shuffle_epi8(
+                scales, _mm256_set1_epi16(static_cast<int16_t>(0x0202 * 2 * j + 0x0100)));
+            const __m256i sc_hi = _mm256_shuffle_epi8(
+                scales, _mm256_set1_epi16(static_cast<int16_t>(0x0202 * (2 * j + 1) + 0x0100)));
             const __m256i bits = load256(wq.qs + 32 * j);
             const __m256i lo = _mm256_and_si256(bits, mask4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), mask4);
@@ -409,43 +438,53 @@ float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
     return hsum_f32x8(acc) + hsum_f32x4(acc_min);
 }
 
-// y = d * dy / 8 * sum_g (2*ls_g + 1) * sum_{32 values} (+-grid) * qy.
-// The weight signs come from the sign word of each group (MODEL.md 5.4); |qy| is the unsigned
-// maddubs operand and the signed one is the grid value (<= 43) with both signs applied.
+// y = d * dy / 8 * sum_g (2*ls_g + 1) * sum_{32 values} (+-grid) * qy, one group per register.
+// |qy| is the unsigned maddubs operand; the grid value (<= 43) carries the product of the
+// weight sign and the sign of qy.
 float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
     const auto *wb = static_cast<const BlockIQ2_XXS *>(w);
     const auto *xb = static_cast<const BlockQ8_K *>(x);
     const int64_t nb = n / kQK_K;
-    const uint64_t *grid = kIq2xxsGrid;
-    // byte i of a group's 32-bit sign word selects value i: broadcast byte i/8, test bit i%8
+    const auto *grid = reinterpret_cast<const long long *>(kIq2xxsGrid);
+    // value i of a group takes byte i/8 of the sign word and tests bit i%8
     const __m256i byte_of_value = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bit_of_value = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
     const __m256i ones = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const BlockIQ2_XXS &wq = wb[b];
-        const BlockQ8_K &xq = xb[b];
-        const uint8_t *qs = reinterpret_cast<const uint8_t *>(wq.qs);
-        alignas(32) uint32_t sign_words[8];
-        alignas(32) uint32_t group_scales[8];
-        iq2_xxs_sign_words(qs, sign_words, group_scales);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int g = 0; g < 8; ++g) {
-            const uint8_t *idx = qs + 8 * g;
-            const __m256i gv = _mm256_setr_epi64x(static_cast<int64_t>(grid[idx[0]]), static_cast<int64_t>(grid[idx[1]]),
-                                                  static_cast<int64_t>(grid[idx[2]]), static_cast<int64_t>(grid[idx[3]]));
-            const __m256i sw = _mm256_set1_epi32(static_cast<int>(sign_words[g]));
-            const __m256i neg = _mm256_cmpeq_epi8(
-                _mm256_and_si256(_mm256_shuffle_epi8(sw, byte_of_value), bit_of_value), bit_of_value);
-            const __m256i q8 = load256(xq.qs + 32 * g);
-            const __m256i signed_grid = _mm256_sign_epi8(_mm256_sign_epi8(gv, _mm256_or_si256(neg, ones)), q8);
-            const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(q8), signed_grid);
-            sumi = _mm256_add_epi32(
-                sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(static_cast<int16_t>(group_scales[g]))));
+    Iq2Unpacked unpacked;
+    for (int64_t first = 0; first < nb; first += kIq2Chunk) {
+        const int count = static_cast<int>(nb - first < kIq2Chunk ? nb - first : kIq2Chunk);
+        iq2_xxs_unpack(wb + first, count, unpacked);
+        for (int i = 0; i < count; ++i) {
+            const BlockIQ2_XXS &wq = wb[first + i];
+            const BlockQ8_K &xq = xb[first + i];
+            uint32_t a[16];  // a0, a1 of each group
+            std::memcpy(a, wq.qs, sizeof(a));
+            __m256i sum_even = _mm256_setzero_si256(), sum_odd = _mm256_setzero_si256();
+            for (int g = 0; g < 8; ++g) {
+                const uint32_t a0 = a[2 * g];
+                const __m256i gv = _mm256_setr_epi64x(grid[a0 & 0xFF], grid[(a0 >> 8) & 0xFF],
+                                                      grid[(a0 >> 16) & 0xFF], grid[a0 >> 24]);
+                const __m256i sw = _mm256_set1_epi32(static_cast<int>(unpacked.sign_words[i][g]));
+                const __m256i negative = _mm256_cmpeq_epi8(
+                    _mm256_and_si256(_mm256_shuffle_epi8(sw, byte_of_value), bit_of_value),
+                    bit_of_value);
+                const __m256i y = load256(xq.qs + 32 * g);
+                // +-1 per weight sign on the grid, then the sign of y
+                const __m256i signed_grid =
+                    _mm256_sign_epi8(_mm256_sign_epi8(gv, _mm256_or_si256(negative, ones)), y);
+                const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(y), signed_grid);
+                const __m256i scale = _mm256_set1_epi32(static_cast<int>(unpacked.scales[i][g]));
+                if (g % 2 == 0)
+                    sum_even = _mm256_add_epi32(sum_even, _mm256_madd_epi16(p, scale));
+                else
+                    sum_odd = _mm256_add_epi32(sum_odd, _mm256_madd_epi16(p, scale));
+            }
+            const float d = 0.125f * simd::f16_to_f32(wq.d) * xq.d;
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d),
+                                  _mm256_cvtepi32_ps(_mm256_add_epi32(sum_even, sum_odd)), acc);
         }
-        const float d = 0.125f * simd::f16_to_f32(wq.d) * xq.d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_f32x8(acc);
 }

@@ -1,12 +1,14 @@
-// AVX-512 (F, BW, VL, DQ, VNNI) twins of the scalar reference kernels in kernels_ref.cpp: the
-// two activation quantizers (bit-identical to the reference) and the weight-row .
-// activation-row dot products (equal up to float reassociation). Layouts and formulas:
-// MODEL.md section 5.
+// AVX-512 (F, BW, VL, DQ, VNNI) twins of the scalar reference kernels (kernels_ref.h): the two
+// activation quantizers (bit-identical to the reference) and the weight-row . activation-row
+// dot products (equal up to float reassociation). Layouts and formulas: MODEL.md section 5.
 //
-// The block kernels work on 64 values per zmm register: unsigned 8-bit weights (or |x|) times
-// signed 8-bit values with maddubs (pairs into int16, never saturating for these ranges), then
-// VNNI vpdpwssd multiplies the int16 pairs by the sub-block scales and accumulates in int32.
-// Signs are moved with mask registers, so -128 activations and weights stay exact.
+// Every integer product is exact for every valid block, -128 activations and weights included:
+//   Q8_0       both operands widened to int16, vpmaddwd;
+//   MXFP4      |x| (<= 128) as the unsigned VNNI operand, the sign of x moved onto w (<= 12);
+//   Q2_K, Q4_K unsigned quants times signed activations with maddubs (pairs never saturate for
+//              quants <= 15), then vpdpwssd multiplies the int16 pairs by the sub-block scales;
+//   IQ2_XXS    |qy| times the grid value carrying both signs, then vpdpwssd by the group scale.
+// The K-quant and IQ2 kernels hold 64 values per zmm register.
 //
 // Compiled with AVX-512 flags while other files are not: no inline function with external
 // linkage and no std:: template here (see simd_x86_common.h).
@@ -31,12 +33,20 @@
 namespace ds4::quant::avx512 {
 namespace {
 
-__m512i load512(const void *p) { return _mm512_loadu_si512(p); }
-__m256i load256(const void *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
-__m128i load128(const void *p) { return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)); }
+__m512i load512(const void *p) {
+    return _mm512_loadu_si512(p);
+}
+__m256i load256(const void *p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+}
+__m128i load128(const void *p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+}
 
 // The 32 bytes at p in both 256-bit halves.
-__m512i broadcast256(const void *p) { return _mm512_broadcast_i64x4(load256(p)); }
+__m512i broadcast256(const void *p) {
+    return _mm512_broadcast_i64x4(load256(p));
+}
 
 float hsum_f32x4(__m128 s) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -70,14 +80,17 @@ int32_t hsum_i32x16(__m512i v) {
 
 // An int32 vector whose lanes hold v in both int16 halves, so that vpdpwssd multiplies each
 // int16 of the other operand by v.
-__m512i repeat_in_both_i16_halves(__m512i v) { return _mm512_or_si512(v, _mm512_slli_epi32(v, 16)); }
+__m512i repeat_in_both_i16_halves(__m512i v) {
+    return _mm512_or_si512(v, _mm512_slli_epi32(v, 16));
+}
 
 // roundf(v) clamped to [-128, 127] as the reference does: ties away from zero, NaN -> 0,
 // +-inf -> the bound (1/d overflows when amax is tiny).
 __m512i round_half_away_clamped_epi32(__m512 v) {
     const __m512 truncated = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     const __m512 frac = _mm512_sub_ps(v, truncated);  // exact (NaN for inf)
-    const __mmask16 away = _mm512_cmp_ps_mask(_mm512_abs_ps(frac), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __mmask16 away =
+        _mm512_cmp_ps_mask(_mm512_abs_ps(frac), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
     const __m512 unit = _mm512_or_ps(_mm512_and_ps(v, _mm512_set1_ps(-0.0f)), _mm512_set1_ps(1.0f));
     __m512 r = _mm512_mask_add_ps(truncated, away, truncated, unit);
     r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);  // NaN -> 0
@@ -96,16 +109,19 @@ void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
         const __m512 v0 = _mm512_loadu_ps(x);
         const __m512 v1 = _mm512_loadu_ps(x + 16);
         // max(|x|, m) keeps m when x is NaN, like the reference's fmax
-        const __m512 m = _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
+        const __m512 m =
+            _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
         const float amax = hmax_f32x16(m);
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         out[b].d = simd::f32_to_f16_rne(d);
         const __m512 vid = _mm512_set1_ps(id);
-        _mm_storeu_si128(reinterpret_cast<__m128i *>(out[b].qs),
-                         _mm512_cvtepi32_epi8(round_half_away_clamped_epi32(_mm512_mul_ps(v0, vid))));
-        _mm_storeu_si128(reinterpret_cast<__m128i *>(out[b].qs + 16),
-                         _mm512_cvtepi32_epi8(round_half_away_clamped_epi32(_mm512_mul_ps(v1, vid))));
+        _mm_storeu_si128(
+            reinterpret_cast<__m128i *>(out[b].qs),
+            _mm512_cvtepi32_epi8(round_half_away_clamped_epi32(_mm512_mul_ps(v0, vid))));
+        _mm_storeu_si128(
+            reinterpret_cast<__m128i *>(out[b].qs + 16),
+            _mm512_cvtepi32_epi8(round_half_away_clamped_epi32(_mm512_mul_ps(v1, vid))));
     }
 }
 
@@ -117,7 +133,8 @@ void quantize_row_q8_K(const float *src, void *dst, int64_t n) {
         const float *x = src + b * kQK_K;
         BlockQ8_K &y = out[b];
         __m512 m = _mm512_setzero_ps();
-        for (int k = 0; k < kQK_K; k += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);
+        for (int k = 0; k < kQK_K; k += 16)
+            m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);
         const float amax = hmax_f32x16(m);
         if (amax == 0.0f) {
             std::memset(&y, 0, sizeof(y));
@@ -139,7 +156,8 @@ void quantize_row_q8_K(const float *src, void *dst, int64_t n) {
         for (int k = 0; k < kQK_K; k += 16) {
             // cvtps rounds to nearest even like lrint; out-of-range and NaN give INT_MIN.
             __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(vscale, _mm512_loadu_ps(x + k)));
-            q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-128)), _mm512_set1_epi32(127));
+            q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-128)),
+                                 _mm512_set1_epi32(127));
             _mm_storeu_si128(reinterpret_cast<__m128i *>(y.qs + k), _mm512_cvtepi32_epi8(q));
             y.bsums[k / 16] = static_cast<int16_t>(hsum_i32x16(q));
         }
@@ -150,13 +168,14 @@ void quantize_row_q8_K(const float *src, void *dst, int64_t n) {
 namespace {
 
 // sum_i double(w_i) * double(x_i) with double accumulators, like the reference (MODEL.md 5.6:
-// the F32 matvec accumulates in double). Weights gives load8(i) and load8_partial(i, count).
+// the F32 matvec accumulates in double). Weights gives load8(i) and load8_partial(i, mask).
 template <class Weights>
 float dot_f32_in_f64(int64_t n, const Weights &w, const float *x) {
     __m512d acc0 = _mm512_setzero_pd(), acc1 = _mm512_setzero_pd();
     __m512d acc2 = _mm512_setzero_pd(), acc3 = _mm512_setzero_pd();
     auto fma8 = [&](int64_t i, __m512d acc) {
-        return _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8(i)), _mm512_cvtps_pd(_mm256_loadu_ps(x + i)), acc);
+        return _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8(i)), _mm512_cvtps_pd(_mm256_loadu_ps(x + i)),
+                               acc);
     };
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -199,13 +218,16 @@ struct BF16Weights {
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
     __m256 load8(int64_t i) const { return widen(load128(p + i)); }
-    __m256 load8_partial(int64_t i, __mmask8 m) const { return widen(_mm_maskz_loadu_epi16(m, p + i)); }
+    __m256 load8_partial(int64_t i, __mmask8 m) const {
+        return widen(_mm_maskz_loadu_epi16(m, p + i));
+    }
 };
 
 }  // namespace
 
 float vec_dot_f32_f32(int64_t n, const void *w, const void *x) {
-    return dot_f32_in_f64(n, F32Weights{static_cast<const float *>(w)}, static_cast<const float *>(x));
+    return dot_f32_in_f64(n, F32Weights{static_cast<const float *>(w)},
+                          static_cast<const float *>(x));
 }
 
 float vec_dot_f16_f32(int64_t n, const void *w, const void *x) {
@@ -251,7 +273,9 @@ float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x) {
     const __m512i table = _mm512_broadcast_i32x4(simd::mxfp4_doubled_values_128());
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const __m512i shift_lo_hi = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
-    auto scale = [&](int64_t k) { return simd::e8m0_to_f32_half(wb[k].e) * simd::f16_to_f32(xb[k].d); };
+    auto scale = [&](int64_t k) {
+        return simd::e8m0_to_f32_half(wb[k].e) * simd::f16_to_f32(xb[k].d);
+    };
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
@@ -262,10 +286,14 @@ float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x) {
             _mm256_broadcastsi128_si256(load128(wb[b + 1].qs)), 1);
         const __m512i codes = _mm512_and_si512(_mm512_srlv_epi64(q, shift_lo_hi), low4);
         const __m512i wv = _mm512_shuffle_epi8(table, codes);
-        const __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(load256(xb[b].qs)), load256(xb[b + 1].qs), 1);
-        const __m512i w_signed = _mm512_mask_sub_epi8(wv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), wv);
-        const __m512i sumi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), w_signed);
-        const __m512 d = _mm512_mask_mov_ps(_mm512_set1_ps(scale(b)), 0xFF00, _mm512_set1_ps(scale(b + 1)));
+        const __m512i xv =
+            _mm512_inserti64x4(_mm512_castsi256_si512(load256(xb[b].qs)), load256(xb[b + 1].qs), 1);
+        const __m512i w_signed =
+            _mm512_mask_sub_epi8(wv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), wv);
+        const __m512i sumi =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), w_signed);
+        const __m512 d =
+            _mm512_mask_mov_ps(_mm512_set1_ps(scale(b)), 0xFF00, _mm512_set1_ps(scale(b + 1)));
         acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc);
     }
     float tail = 0.0f;
@@ -276,8 +304,10 @@ float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x) {
                                                 _mm_and_si128(_mm_srli_epi16(q, 4), low4_128));
         const __m256i wv = _mm256_shuffle_epi8(_mm512_castsi512_si256(table), codes);
         const __m256i xv = load256(xb[b].qs);
-        const __m256i w_signed = _mm256_mask_sub_epi8(wv, _mm256_movepi8_mask(xv), _mm256_setzero_si256(), wv);
-        const __m256i sumi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), w_signed);
+        const __m256i w_signed =
+            _mm256_mask_sub_epi8(wv, _mm256_movepi8_mask(xv), _mm256_setzero_si256(), wv);
+        const __m256i sumi =
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), w_signed);
         tail = scale(b) * hsum_f32x8(_mm256_cvtepi32_ps(sumi));
     }
     return hsum_f32x16(acc) + tail;
@@ -296,8 +326,9 @@ float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
     const __m512i shift_23 = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
     __m512i pick[4];  // int32 lane i <- scale of sub-block 4t + i/4
     for (int t = 0; t < 4; ++t) {
-        pick[t] = _mm512_add_epi32(_mm512_set1_epi32(4 * t),
-                                   _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+        pick[t] =
+            _mm512_add_epi32(_mm512_set1_epi32(4 * t),
+                             _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
     }
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
@@ -320,9 +351,9 @@ float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
         const __m512i v1 = _mm512_and_si512(_mm512_srlv_epi64(bits_h0, shift_23), mask2);
         const __m512i v2 = _mm512_and_si512(_mm512_srlv_epi64(bits_h1, shift_01), mask2);
         const __m512i v3 = _mm512_and_si512(_mm512_srlv_epi64(bits_h1, shift_23), mask2);
-        __m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
-                                           _mm512_maddubs_epi16(v0, load512(xq.qs)),
-                                           _mm512_permutexvar_epi32(pick[0], scales));
+        __m512i sumi =
+            _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v0, load512(xq.qs)),
+                                _mm512_permutexvar_epi32(pick[0], scales));
         sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(v1, load512(xq.qs + 64)),
                                    _mm512_permutexvar_epi32(pick[1], scales));
         sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(v2, load512(xq.qs + 128)),
@@ -344,8 +375,9 @@ float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
     const __m512i shift_lo_hi = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
     __m512i pick[4];  // int32 lanes 0-7 <- scale 2j, lanes 8-15 <- scale 2j+1
     for (int j = 0; j < 4; ++j) {
-        pick[j] = _mm512_add_epi32(_mm512_set1_epi32(2 * j),
-                                   _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+        pick[j] =
+            _mm512_add_epi32(_mm512_set1_epi32(2 * j),
+                             _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
     }
     __m512 acc = _mm512_setzero_ps();
     __m128 acc_min = _mm_setzero_ps();
@@ -364,7 +396,8 @@ float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
         const __m512i scales = repeat_in_both_i16_halves(_mm512_cvtepu8_epi32(sc_min8));
         __m512i sumi = _mm512_setzero_si512();
         for (int j = 0; j < 4; ++j) {
-            const __m512i q4 = _mm512_and_si512(_mm512_srlv_epi64(broadcast256(wq.qs + 32 * j), shift_lo_hi), mask4);
+            const __m512i q4 = _mm512_and_si512(
+                _mm512_srlv_epi64(broadcast256(wq.qs + 32 * j), shift_lo_hi), mask4);
             sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q4, load512(xq.qs + 64 * j)),
                                        _mm512_permutexvar_epi32(pick[j], scales));
         }
@@ -375,77 +408,98 @@ float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
 
 namespace {
 
-// The weight-sign bytes of the 8 groups of an IQ2_XXS super-block (qs = 8 x {a0, a1}, a1 in the
-// upper half of each u64 of `words`): byte 4g + l is the sign pattern of values 8l..8l+7 of
-// group g (bit j set = value j negative). The four 7-bit indices s_l in a1 are completed by
-// their parity bit (ksigns[s] = s | parity(s) << 7, MODEL.md 5.4), so no table is needed.
-__m256i iq2_xxs_sign_bytes(__m256i a1) {
+// IQ2_XXS sign masks and scales are unpacked for up to this many super-blocks in a first pass:
+// the parity computation is a long dependency chain, and ahead of the dot loop it no longer
+// holds up the products.
+constexpr int kIq2Chunk = 16;
+
+struct Iq2Unpacked {
+    // per group: the 32 weight signs, bit i set = value i negative; groups 2t and 2t+1 form
+    // the 64-bit mask of step t
+    alignas(32) uint32_t sign_words[kIq2Chunk][8];
+    // per group: 2*ls+1 in both int16 halves (the vpdpwssd multiplier)
+    alignas(32) uint32_t scales[kIq2Chunk][8];
+};
+
+// Each group's second u32 a1 holds four 7-bit sign indices s_l (bits 7l..7l+6) and the scale ls
+// (bits 28..31). Sign byte l is s_l completed by its parity bit (ksigns[s] = s | parity(s) << 7,
+// MODEL.md 5.4), so no table is needed.
+void iq2_xxs_unpack(const BlockIQ2_XXS *blocks, int count, Iq2Unpacked &out) {
     const __m256i m7 = _mm256_set1_epi32(0x7F);
-    __m256i v = _mm256_and_si256(a1, m7);
-    v = _mm256_ternarylogic_epi32(v, _mm256_slli_epi32(a1, 1), _mm256_slli_epi32(m7, 8), 0xF8);  // v | (b & c)
-    v = _mm256_ternarylogic_epi32(v, _mm256_slli_epi32(a1, 2), _mm256_slli_epi32(m7, 16), 0xF8);
-    v = _mm256_ternarylogic_epi32(v, _mm256_slli_epi32(a1, 3), _mm256_slli_epi32(m7, 24), 0xF8);
-    // bit 0 of each byte of t becomes the xor of that byte's bits
-    __m256i t = _mm256_xor_si256(v, _mm256_srli_epi32(v, 4));
-    t = _mm256_xor_si256(t, _mm256_srli_epi32(t, 2));
-    t = _mm256_xor_si256(t, _mm256_srli_epi32(t, 1));
-    return _mm256_or_si256(v, _mm256_slli_epi32(_mm256_and_si256(t, _mm256_set1_epi8(1)), 7));
+    for (int i = 0; i < count; ++i) {
+        const __m512i words = load512(blocks[i].qs);  // u64 lane g = a0 | a1 << 32
+        const __m256i a1 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(words, 32));
+        __m256i v = _mm256_and_si256(a1, m7);
+        // v | (b & c): byte l <- bits 7l..7l+6
+        v = _mm256_ternarylogic_epi32(v, _mm256_slli_epi32(a1, 1), _mm256_slli_epi32(m7, 8), 0xF8);
+        v = _mm256_ternarylogic_epi32(v, _mm256_slli_epi32(a1, 2), _mm256_slli_epi32(m7, 16), 0xF8);
+        v = _mm256_ternarylogic_epi32(v, _mm256_slli_epi32(a1, 3), _mm256_slli_epi32(m7, 24), 0xF8);
+        // bit 0 of each byte of t becomes the xor of that byte's bits
+        __m256i t = _mm256_xor_si256(v, _mm256_srli_epi32(v, 4));
+        t = _mm256_xor_si256(t, _mm256_srli_epi32(t, 2));
+        t = _mm256_xor_si256(t, _mm256_srli_epi32(t, 1));
+        v = _mm256_or_si256(v, _mm256_slli_epi32(_mm256_and_si256(t, _mm256_set1_epi8(1)), 7));
+        _mm256_store_si256(reinterpret_cast<__m256i *>(out.sign_words[i]), v);
+        const __m256i sc =
+            _mm256_or_si256(_mm256_srli_epi32(a1, 27), _mm256_set1_epi32(1));  // 2*ls+1
+        _mm256_store_si256(reinterpret_cast<__m256i *>(out.scales[i]),
+                           _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16)));
+    }
+}
+
+// The 8 grid points of groups 2t and 2t+1: 4 indices in each group's first u32 a0.
+__m512i iq2_xxs_grid_points(uint32_t a0_even, uint32_t a0_odd) {
+    const auto *grid = reinterpret_cast<const long long *>(kIq2xxsGrid);
+    const __m256i even = _mm256_setr_epi64x(grid[a0_even & 0xFF], grid[(a0_even >> 8) & 0xFF],
+                                            grid[(a0_even >> 16) & 0xFF], grid[a0_even >> 24]);
+    const __m256i odd = _mm256_setr_epi64x(grid[a0_odd & 0xFF], grid[(a0_odd >> 8) & 0xFF],
+                                           grid[(a0_odd >> 16) & 0xFF], grid[a0_odd >> 24]);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(even), odd, 1);
 }
 
 }  // namespace
 
 // y = d * dy / 8 * sum_g (2*ls_g + 1) * sum_{32 values} (+-grid) * qy, two groups per zmm.
 // |qy| is the unsigned maddubs operand; the grid value (<= 43) carries the product of the
-// weight sign and the sign of qy. Zen 4 runs 512-bit shuffles on half its vector pipes, so the
-// grid points are merged in with masked broadcast loads rather than shuffles, and the sign
-// masks go to k registers through general registers.
+// weight sign and the sign of qy. (On Zen 4 this kernel is bound by the 32 grid lookups per
+// super-block; vpgatherqq and a vpermi2w lookup of packed grid codes both measured slower.)
 float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
     const auto *wb = static_cast<const BlockIQ2_XXS *>(w);
     const auto *xb = static_cast<const BlockQ8_K *>(x);
     const int64_t nb = n / kQK_K;
-    const auto *grid = reinterpret_cast<const long long *>(kIq2xxsGrid);
-    __m512i pick[4];  // int32 lanes 0-7 <- scale of group 2t, lanes 8-15 <- group 2t+1
-    for (int t = 0; t < 4; ++t) {
-        pick[t] = _mm512_add_epi32(_mm512_set1_epi32(2 * t),
-                                   _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    }
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const BlockIQ2_XXS &wq = wb[b];
-        const BlockQ8_K &xq = xb[b];
-        const auto *qs = reinterpret_cast<const uint8_t *>(wq.qs);
-        const __m512i words = load512(qs);  // u64 lane g = a0 | a1 << 32
-        const __m256i a1 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(words, 32));
-        const __m256i sc = _mm256_or_si256(_mm256_srli_epi32(a1, 27), _mm256_set1_epi32(1));  // 2*ls+1
-        const __m512i scales = repeat_in_both_i16_halves(_mm512_castsi256_si512(sc));
-        // the weight signs of groups 2t and 2t+1 as one 64-bit mask per step
-        const __m256i sign_bytes = iq2_xxs_sign_bytes(a1);
-        const __m128i signs_01 = _mm256_castsi256_si128(sign_bytes);
-        const __m128i signs_23 = _mm256_extracti128_si256(sign_bytes, 1);
-        const uint64_t sign_masks[4] = {
-            static_cast<uint64_t>(_mm_cvtsi128_si64(signs_01)),
-            static_cast<uint64_t>(_mm_extract_epi64(signs_01, 1)),
-            static_cast<uint64_t>(_mm_cvtsi128_si64(signs_23)),
-            static_cast<uint64_t>(_mm_extract_epi64(signs_23, 1))};
-        __m512i sumi = _mm512_setzero_si512();
-        for (int t = 0; t < 4; ++t) {
-            const uint8_t *i0 = qs + 16 * t;  // grid indices of group 2t, then (at +8) 2t+1
-            __m512i gv = _mm512_set1_epi64(grid[i0[0]]);
-            gv = _mm512_mask_set1_epi64(gv, 0x02, grid[i0[1]]);
-            gv = _mm512_mask_set1_epi64(gv, 0x04, grid[i0[2]]);
-            gv = _mm512_mask_set1_epi64(gv, 0x08, grid[i0[3]]);
-            gv = _mm512_mask_set1_epi64(gv, 0x10, grid[i0[8]]);
-            gv = _mm512_mask_set1_epi64(gv, 0x20, grid[i0[9]]);
-            gv = _mm512_mask_set1_epi64(gv, 0x40, grid[i0[10]]);
-            gv = _mm512_mask_set1_epi64(gv, 0x80, grid[i0[11]]);
-            const __m512i y = load512(xq.qs + 64 * t);
-            const __mmask64 negative = _cvtu64_mask64(sign_masks[t]) ^ _mm512_movepi8_mask(y);
-            const __m512i signed_grid = _mm512_mask_sub_epi8(gv, negative, _mm512_setzero_si512(), gv);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(_mm512_abs_epi8(y), signed_grid),
-                                       _mm512_permutexvar_epi32(pick[t], scales));
+    Iq2Unpacked unpacked;
+    for (int64_t first = 0; first < nb; first += kIq2Chunk) {
+        const int count = static_cast<int>(nb - first < kIq2Chunk ? nb - first : kIq2Chunk);
+        iq2_xxs_unpack(wb + first, count, unpacked);
+        for (int i = 0; i < count; ++i) {
+            const BlockIQ2_XXS &wq = wb[first + i];
+            const BlockQ8_K &xq = xb[first + i];
+            uint32_t a[16];  // a0, a1 of each group
+            std::memcpy(a, wq.qs, sizeof(a));
+            __m512i sum_even = _mm512_setzero_si512(), sum_odd = _mm512_setzero_si512();
+            for (int t = 0; t < 4; ++t) {
+                const __m512i gv = iq2_xxs_grid_points(a[4 * t], a[4 * t + 2]);
+                const __m512i y = load512(xq.qs + 64 * t);
+                __mmask64 w_negative;
+                std::memcpy(&w_negative, &unpacked.sign_words[i][2 * t], sizeof(w_negative));
+                const __mmask64 negative = _kxor_mask64(w_negative, _mm512_movepi8_mask(y));
+                const __m512i signed_grid =
+                    _mm512_mask_sub_epi8(gv, negative, _mm512_setzero_si512(), gv);
+                // int32 lanes 0-7 <- scale of group 2t, lanes 8-15 <- group 2t+1
+                const __m512i scale = _mm512_mask_set1_epi32(
+                    _mm512_set1_epi32(static_cast<int>(unpacked.scales[i][2 * t])), 0xFF00,
+                    static_cast<int>(unpacked.scales[i][2 * t + 1]));
+                const __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(y), signed_grid);
+                if (t % 2 == 0)
+                    sum_even = _mm512_dpwssd_epi32(sum_even, p, scale);
+                else
+                    sum_odd = _mm512_dpwssd_epi32(sum_odd, p, scale);
+            }
+            const float d = 0.125f * simd::f16_to_f32(wq.d) * xq.d;
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(d),
+                                  _mm512_cvtepi32_ps(_mm512_add_epi32(sum_even, sum_odd)), acc);
         }
-        const float d = 0.125f * simd::f16_to_f32(wq.d) * xq.d;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
     return hsum_f32x16(acc);
 }

@@ -13,7 +13,9 @@
 namespace ds4::quant::simd {
 namespace {
 
-inline float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+inline float f16_to_f32(uint16_t h) {
+    return _cvtsh_ss(h);
+}
 
 // f32 -> f16 bits, round to nearest even (F16C handles subnormals, overflow to inf, NaN).
 inline uint16_t f32_to_f16_rne(float f) {
@@ -42,9 +44,9 @@ inline __m128i q4_K_scales_mins(const uint8_t *scales12) {
     uint32_t s[3];
     std::memcpy(s, scales12, sizeof(s));
     const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
-    const uint32_t sc_lo = s[0] & low6;                                      // sc_0..3
-    const uint32_t sc_hi = (s[2] & low4) | (((s[0] >> 6) & low2) << 4);      // sc_4..7
-    const uint32_t m_lo = s[1] & low6;                                       // m_0..3
+    const uint32_t sc_lo = s[0] & low6;                                        // sc_0..3
+    const uint32_t sc_hi = (s[2] & low4) | (((s[0] >> 6) & low2) << 4);        // sc_4..7
+    const uint32_t m_lo = s[1] & low6;                                         // m_0..3
     const uint32_t m_hi = ((s[2] >> 4) & low4) | (((s[1] >> 6) & low2) << 4);  // m_4..7
     return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo),
                           static_cast<int>(m_hi));

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,12 +44,12 @@ struct SimdKernelSet {
     VecDotFn dot_iq2_xxs;
 };
 
-#define DS4_KERNEL_SET(ns, level)                                                              \
-    SimdKernelSet {                                                                            \
-        #ns, level, ns::quantize_row_q8_0, ns::quantize_row_q8_K, ns::vec_dot_f32_f32,        \
-            ns::vec_dot_f16_f32, ns::vec_dot_bf16_f32, ns::vec_dot_q8_0_q8_0,                  \
-            ns::vec_dot_mxfp4_q8_0, ns::vec_dot_q2_K_q8_K, ns::vec_dot_q4_K_q8_K,              \
-            ns::vec_dot_iq2_xxs_q8_K                                                           \
+#define DS4_KERNEL_SET(ns, level)                                                      \
+    SimdKernelSet {                                                                    \
+#ns, level, ns::quantize_row_q8_0, ns::quantize_row_q8_K, ns::vec_dot_f32_f32, \
+            ns::vec_dot_f16_f32, ns::vec_dot_bf16_f32, ns::vec_dot_q8_0_q8_0,          \
+            ns::vec_dot_mxfp4_q8_0, ns::vec_dot_q2_K_q8_K, ns::vec_dot_q4_K_q8_K,      \
+            ns::vec_dot_iq2_xxs_q8_K                                                   \
     }
 const SimdKernelSet kAvx2 = DS4_KERNEL_SET(avx2, SimdLevel::AVX2);
 const SimdKernelSet kAvx512 = DS4_KERNEL_SET(avx512, SimdLevel::AVX512);
@@ -86,9 +87,16 @@ const DotCase kDotCases[] = {
      &SimdKernelSet::dot_iq2_xxs, ref::dequantize_row_iq2_xxs, ref::dequantize_row_q8_K, kQK_K},
 };
 
+const DotCase &dot_case(const std::string &name) {
+    for (const DotCase &c : kDotCases)
+        if (name == c.name) return c;
+    throw std::invalid_argument("no dot case " + name);
+}
+
 constexpr double kDotTolerance = 1e-5;  // relative to sum_i |w_i x_i|
 constexpr int64_t kBlockCounts[] = {1, 2, 3, 7, 16, 64};
-constexpr int64_t kFloatLengths[] = {1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 100, 257, 1024, 4099};
+constexpr int64_t kFloatLengths[] = {1,  2,  3,  5,  7,   8,   15,   16,  17,
+                                     31, 32, 33, 63, 100, 257, 1024, 4099};
 constexpr int kRowsPerLength = 6;
 constexpr size_t kGuardBytes = 64;
 constexpr uint8_t kGuardByte = 0xA5;
@@ -98,7 +106,7 @@ constexpr uint8_t kGuardByte = 0xA5;
 
 // SplitMix64, so the inputs are the same on every platform and standard library.
 class Rng {
-public:
+  public:
     explicit Rng(uint64_t seed) : state_(seed) {}
     uint64_t next() {
         uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
@@ -111,7 +119,7 @@ public:
     }
     int below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
 
-private:
+  private:
     uint64_t state_;
 };
 
@@ -160,8 +168,10 @@ std::vector<uint8_t> activation_row(const DotCase &c, int64_t n, uint64_t seed, 
     if (c.act_type != GgmlType::F32 && row % 2 == 1) {
         const std::vector<float> x = random_activations(n, seed);
         std::vector<uint8_t> out(row_size(c.act_type, n));
-        if (c.act_type == GgmlType::Q8_0) ref::quantize_row_q8_0(x.data(), out.data(), n);
-        else ref::quantize_row_q8_K(x.data(), out.data(), n);
+        if (c.act_type == GgmlType::Q8_0)
+            ref::quantize_row_q8_0(x.data(), out.data(), n);
+        else
+            ref::quantize_row_q8_K(x.data(), out.data(), n);
         return out;
     }
     std::vector<uint8_t> out = random_blocks(c.act_type, n, seed, 3.0f);
@@ -231,11 +241,11 @@ void expect_quantize_identical(QuantizeRowFn simd, QuantizeRowFn reference, Ggml
 // Tests, once per level
 
 class SimdKernels : public ::testing::TestWithParam<const SimdKernelSet *> {
-protected:
+  protected:
     void SetUp() override {
         if (cpu_simd_level() < GetParam()->level)
-            GTEST_SKIP() << "this CPU lacks the " << GetParam()->name << " instruction set (best: "
-                         << simd_level_name(cpu_simd_level()) << ")";
+            GTEST_SKIP() << "this CPU lacks the " << GetParam()->name
+                         << " instruction set (best: " << simd_level_name(cpu_simd_level()) << ")";
     }
     const SimdKernelSet &k() const { return *GetParam(); }
 };
@@ -243,7 +253,8 @@ protected:
 TEST_P(SimdKernels, DotProductsMatchReferenceOnRandomRows) {
     for (const DotCase &c : kDotCases) {
         std::vector<int64_t> lengths;
-        if (c.block == 1) lengths.assign(std::begin(kFloatLengths), std::end(kFloatLengths));
+        if (c.block == 1)
+            lengths.assign(std::begin(kFloatLengths), std::end(kFloatLengths));
         else
             for (int64_t nb : kBlockCounts) lengths.push_back(nb * c.block);
         for (int64_t n : lengths) {
@@ -252,7 +263,8 @@ TEST_P(SimdKernels, DotProductsMatchReferenceOnRandomRows) {
                 const std::vector<uint8_t> w = random_blocks(c.weight_type, n, seed, 2.0f);
                 const std::vector<uint8_t> x = activation_row(c, n, seed + 7777, row);
                 expect_dot_close(k(), c, w.data(), x.data(), n,
-                                 std::string(c.name) + " n=" + std::to_string(n) + " row " + std::to_string(row));
+                                 std::string(c.name) + " n=" + std::to_string(n) + " row " +
+                                     std::to_string(row));
             }
         }
     }
@@ -268,7 +280,9 @@ TEST_P(SimdKernels, DotProductsExactAtExtremeQuants) {
             if (variant == 1) return 127;
             return i % 2 == 0 ? -128 : 127;
         };
-        const std::string tag = " activations " + std::string(variant == 0 ? "-128" : variant == 1 ? "127" : "+-");
+        const std::string tag = " activations " + std::string(variant == 0   ? "-128"
+                                                              : variant == 1 ? "127"
+                                                                             : "+-");
 
         std::vector<BlockQ8_0> x0(static_cast<size_t>(nb * kQK_K / kQK8_0));
         for (auto &b : x0) {
@@ -289,7 +303,7 @@ TEST_P(SimdKernels, DotProductsExactAtExtremeQuants) {
             std::memset(b.qs, 0x80, sizeof b.qs);
         }
         const int64_t n0 = static_cast<int64_t>(x0.size()) * kQK8_0;
-        expect_dot_close(k(), kDotCases[3], w80.data(), x0.data(), n0, "q8_0 all -128" + tag);
+        expect_dot_close(k(), dot_case("q8_0"), w80.data(), x0.data(), n0, "q8_0 all -128" + tag);
         // MXFP4: every code -6 (doubled: -12), then every code +6
         for (uint8_t code : {uint8_t{0xFF}, uint8_t{0x77}}) {
             std::vector<BlockMXFP4> wm(x0.size());
@@ -297,7 +311,7 @@ TEST_P(SimdKernels, DotProductsExactAtExtremeQuants) {
                 b.e = 127 + 20;
                 std::memset(b.qs, code, sizeof b.qs);
             }
-            expect_dot_close(k(), kDotCases[4], wm.data(), x0.data(), n0, "mxfp4 |6|" + tag);
+            expect_dot_close(k(), dot_case("mxfp4"), wm.data(), x0.data(), n0, "mxfp4 |6|" + tag);
         }
         // Q2_K: sub-scales and mins 15, quants 3
         std::vector<BlockQ2_K> w2(static_cast<size_t>(nb));
@@ -307,7 +321,7 @@ TEST_P(SimdKernels, DotProductsExactAtExtremeQuants) {
             b.d = ref::f32_to_f16(60000.0f);
             b.dmin = ref::f32_to_f16(50000.0f);
         }
-        expect_dot_close(k(), kDotCases[5], w2.data(), xk.data(), nb * kQK_K, "q2_K max" + tag);
+        expect_dot_close(k(), dot_case("q2_K"), w2.data(), xk.data(), nb * kQK_K, "q2_K max" + tag);
         // Q4_K: scales and mins 63, quants 15
         std::vector<BlockQ4_K> w4(static_cast<size_t>(nb));
         for (auto &b : w4) {
@@ -316,7 +330,7 @@ TEST_P(SimdKernels, DotProductsExactAtExtremeQuants) {
             b.d = ref::f32_to_f16(60000.0f);
             b.dmin = ref::f32_to_f16(50000.0f);
         }
-        expect_dot_close(k(), kDotCases[6], w4.data(), xk.data(), nb * kQK_K, "q4_K max" + tag);
+        expect_dot_close(k(), dot_case("q4_K"), w4.data(), xk.data(), nb * kQK_K, "q4_K max" + tag);
         // IQ2_XXS: the grid point of largest magnitudes, scale 15, all signs negative (a1 of all
         // ones: four sign indices of 127, whose parity completes them to 0xFF), then all positive
         int largest = 0;
@@ -337,7 +351,7 @@ TEST_P(SimdKernels, DotProductsExactAtExtremeQuants) {
                     std::memcpy(&b.qs[4 * g + 2], &a1, 4);
                 }
             }
-            expect_dot_close(k(), kDotCases[7], wi.data(), xk.data(), nb * kQK_K,
+            expect_dot_close(k(), dot_case("iq2_xxs"), wi.data(), xk.data(), nb * kQK_K,
                              "iq2_xxs max a1=" + std::to_string(a1) + tag);
         }
     }
@@ -353,20 +367,22 @@ TEST_P(SimdKernels, FloatDotProductsAtExtremeValues) {
     for (size_t i = 0; i < x.size(); ++i) {
         x[i] = rng.uniform(-1.0f, 1.0f) * (i % 3 == 0 ? 1e20f : 1e-20f);
         wf[i] = rng.uniform(-1.0f, 1.0f) * (i % 5 == 0 ? 1e15f : 1e-30f);
-        wh[i] = i % 2 == 0 ? uint16_t{0x7BFF} : static_cast<uint16_t>(0x8001 + i % 0x3FF);  // max, subnormal
+        wh[i] = i % 2 == 0 ? uint16_t{0x7BFF}
+                           : static_cast<uint16_t>(0x8001 + i % 0x3FF);        // max, subnormal
         wb[i] = static_cast<uint16_t>(i % 2 == 0 ? 0x7149 : 0x0080 + i % 64);  // ~1e30, tiny
     }
-    expect_dot_close(k(), kDotCases[0], wf.data(), x.data(), n, "f32 extremes");
-    expect_dot_close(k(), kDotCases[1], wh.data(), x.data(), n, "f16 extremes");
+    expect_dot_close(k(), dot_case("f32"), wf.data(), x.data(), n, "f32 extremes");
+    expect_dot_close(k(), dot_case("f16"), wh.data(), x.data(), n, "f16 extremes");
     for (float &v : x) v *= 1e-22f;
-    expect_dot_close(k(), kDotCases[2], wb.data(), x.data(), n, "bf16 extremes");
+    expect_dot_close(k(), dot_case("bf16"), wb.data(), x.data(), n, "bf16 extremes");
 }
 
 TEST_P(SimdKernels, ActivationQuantizersBitIdenticalOnRandomRows) {
     for (int64_t nb : kBlockCounts) {
         for (int row = 0; row < kRowsPerLength; ++row) {
             const uint64_t seed = 500 * static_cast<uint64_t>(nb) + static_cast<uint64_t>(row);
-            const std::string where = " blocks=" + std::to_string(nb) + " row " + std::to_string(row);
+            const std::string where =
+                " blocks=" + std::to_string(nb) + " row " + std::to_string(row);
             const std::vector<float> x0 = random_activations(nb * kQK8_0, seed);
             expect_quantize_identical(k().quantize_q8_0, ref::quantize_row_q8_0, GgmlType::Q8_0, x0,
                                       "q8_0" + where);
@@ -417,7 +433,8 @@ std::vector<float> special_blocks(int block, uint64_t seed) {
     }
     {
         std::vector<float> b(static_cast<size_t>(block));
-        for (int i = 0; i < block; ++i) b[static_cast<size_t>(i)] = static_cast<float>(i - block / 2) * 0.5f;
+        for (int i = 0; i < block; ++i)
+            b[static_cast<size_t>(i)] = static_cast<float>(i - block / 2) * 0.5f;
         blocks.push_back(b);
     }
     blocks.push_back(random_block(1e-36f));  // Q8_K's iscale stays finite
@@ -446,11 +463,11 @@ TEST_P(SimdKernels, ActivationQuantizersBitIdenticalOnSpecialBlocks) {
     std::vector<float> odd(4 * kQK8_0);
     Rng rng(4);
     for (float &v : odd) v = rng.uniform(-1.0f, 1.0f);
-    odd[3] = nan;                                                      // block 0: a NaN
-    odd[kQK8_0 + 4] = inf;                                             // block 1: +inf
+    odd[3] = nan;           // block 0: a NaN
+    odd[kQK8_0 + 4] = inf;  // block 1: +inf
     odd[kQK8_0 + 9] = -inf;
-    for (int i = 0; i < kQK8_0; ++i) odd[2 * kQK8_0 + i] *= 1e-39f;    // block 2: subnormal amax
-    odd[3 * kQK8_0 + 1] = nan;                                         // block 3: NaN first
+    for (int i = 0; i < kQK8_0; ++i) odd[2 * kQK8_0 + i] *= 1e-39f;  // block 2: subnormal amax
+    odd[3 * kQK8_0 + 1] = nan;                                       // block 3: NaN first
     odd[3 * kQK8_0] = nan;
     x.insert(x.end(), odd.begin(), odd.end());
     expect_quantize_identical(k().quantize_q8_0, ref::quantize_row_q8_0, GgmlType::Q8_0, x,
