@@ -189,7 +189,8 @@ void Writer::write(const std::string &path) const {
     const uint32_t al = alignment();
     const std::vector<uint8_t> header = header_bytes();
 
-    const std::string tmp = path + ".partial";
+    // Unique per process, so two writers of the same path never share a temporary file.
+    const std::string tmp = path + ".partial." + std::to_string(::getpid());
     std::unique_ptr<FILE, int (*)(FILE *)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
     if (!f) throw Error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
     auto put = [&](const void *p, size_t n) {

@@ -1,0 +1,114 @@
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <string>
+
+#include "backend/cpu/thread_pool.h"
+#include "common/error.h"
+#include "quant/quant.h"
+
+namespace ds4::backend::cpu {
+namespace {
+
+// Chunking of the weight rows. Chunks are claimed from a shared counter, so there are several
+// per thread (a thread that is descheduled or slowed by a neighbour gets fewer), but each stays
+// large enough that the claim and the restart of the hardware prefetcher are lost in the
+// streaming. Matrices under kMinChunkBytes run on the caller alone.
+constexpr int64_t kChunksPerThread = 8;
+constexpr int64_t kMinChunkBytes = int64_t{32} << 10;
+constexpr int64_t kMaxChunkBytes = int64_t{1} << 20;
+
+int64_t rows_per_chunk(int64_t n_rows, size_t row_bytes, int n_threads) {
+    const int64_t bytes = static_cast<int64_t>(row_bytes);
+    const int64_t min_rows = std::max<int64_t>(1, kMinChunkBytes / bytes);
+    const int64_t max_rows = std::max<int64_t>(min_rows, kMaxChunkBytes / bytes);
+    const int64_t share =
+        (n_rows + kChunksPerThread * n_threads - 1) / (kChunksPerThread * n_threads);
+    return std::clamp(share, min_rows, max_rows);
+}
+
+void check_weight(const WeightMatrix &w) {
+    if (w.n_rows < 0 || w.k <= 0)
+        throw Error("matmul: bad weight shape " + std::to_string(w.n_rows) + " x " +
+                    std::to_string(w.k));
+    if (!quant::is_supported(w.type) || quant::kernels(w.type).vec_dot == nullptr)
+        throw Error("matmul: weight type " + std::string(ggml_type_name(w.type)) +
+                    " has no CPU dot product");
+    const size_t row_bytes = quant::row_size(w.type, w.k);  // throws if k splits a block
+    if (w.row_stride < row_bytes)
+        throw Error("matmul: row stride " + std::to_string(w.row_stride) +
+                    " is shorter than a row (" + std::to_string(row_bytes) + " bytes)");
+    if (w.data == nullptr && w.n_rows > 0) throw Error("matmul: null weight pointer");
+}
+
+}  // namespace
+
+WeightMatrix dense_matrix(GgmlType type, const void *data, int64_t n_rows, int64_t k) {
+    if (n_rows < 0 || k <= 0)
+        throw Error("matmul: bad weight shape " + std::to_string(n_rows) + " x " +
+                    std::to_string(k));
+    return {type, data, n_rows, k, static_cast<size_t>(ggml_row_bytes(type, k))};
+}
+
+WeightMatrix expert_matrix(GgmlType type, const void *data, int64_t n_rows, int64_t k,
+                           int64_t expert) {
+    if (expert < 0) throw Error("expert_matrix: negative expert index " + std::to_string(expert));
+    WeightMatrix w = dense_matrix(type, data, n_rows, k);
+    w.data = static_cast<const uint8_t *>(data) +
+             static_cast<size_t>(expert) * static_cast<size_t>(n_rows) * w.row_stride;
+    return w;
+}
+
+void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const ActivationRows &x,
+                        float *Y) {
+    check_weight(w);
+    const quant::TypeKernels &kern = quant::kernels(w.type);
+    if (x.type != kern.vec_dot_type || x.k != w.k)
+        throw Error("matmul: activations are " + std::string(ggml_type_name(x.type)) + " x " +
+                    std::to_string(x.k) + ", the " + std::string(ggml_type_name(w.type)) +
+                    " weight needs " + std::string(ggml_type_name(kern.vec_dot_type)) + " x " +
+                    std::to_string(w.k));
+    if (x.m <= 0 || w.n_rows == 0) return;
+
+    const auto *w_bytes = static_cast<const uint8_t *>(w.data);
+    const auto *x_bytes = static_cast<const uint8_t *>(x.data);
+    const quant::VecDotFn vec_dot = kern.vec_dot;
+    const int64_t n = w.n_rows, m = x.m, k = w.k;
+    const int64_t chunk = rows_per_chunk(n, w.row_stride, pool.n_threads());
+
+    // Row-outer, batch-inner: a weight row is fetched from memory once and reused m times from
+    // L1; the m activation rows (m x ~1.1 bytes x k) stay in L2.
+    pool.parallel_for(n, chunk, [&](int64_t row_begin, int64_t row_end, int) {
+        for (int64_t r = row_begin; r < row_end; ++r) {
+            const uint8_t *w_row = w_bytes + static_cast<size_t>(r) * w.row_stride;
+            for (int64_t j = 0; j < m; ++j)
+                Y[j * n + r] = vec_dot(k, w_row, x_bytes + static_cast<size_t>(j) * x.row_stride);
+        }
+    });
+}
+
+void matmul(ThreadPool &pool, ScratchBuffer &scratch, const WeightMatrix &w, const float *X,
+            int64_t m, float *Y) {
+    check_weight(w);
+    if (m < 0) throw Error("matmul: negative batch " + std::to_string(m));
+    if (m == 0) return;
+    const ActivationRows x = quantize_activations(pool, scratch, w.type, X, m, w.k);
+    matmul_activations(pool, w, x, Y);
+}
+
+void matmul(ThreadPool &pool, ScratchBuffer &scratch, GgmlType type, const void *w, int64_t n_rows,
+            int64_t k, const float *X, int64_t m, float *Y) {
+    matmul(pool, scratch, dense_matrix(type, w, n_rows, k), X, m, Y);
+}
+
+void matvec(ThreadPool &pool, ScratchBuffer &scratch, const WeightMatrix &w, const float *x,
+            float *y) {
+    matmul(pool, scratch, w, x, 1, y);
+}
+
+void matvec(ThreadPool &pool, ScratchBuffer &scratch, GgmlType type, const void *w, int64_t n_rows,
+            int64_t k, const float *x, float *y) {
+    matmul(pool, scratch, dense_matrix(type, w, n_rows, k), x, 1, y);
+}
+
+}  // namespace ds4::backend::cpu

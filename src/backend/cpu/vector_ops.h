@@ -1,0 +1,18 @@
+#pragma once
+// Small per-vector operations of the model (MODEL.md 4.0), the CPU reference for their GPU twins.
+#include <cstdint>
+
+namespace ds4::backend::cpu {
+
+// y = x / sqrt(mean(x^2) + eps) * w (w may be null: no weight). Sum of squares in double.
+void rms_norm(const float *x, const float *w, float *y, int64_t n, float eps);
+
+float silu(float x);
+// softplus as the reference computes it: z > 20 -> z, z < -20 -> e^z, else log1p(e^z).
+float softplus(float z);
+float sigmoid(float z);
+
+// IEEE binary16 round trip (round to nearest even).
+float round_to_f16(float x);
+
+}  // namespace ds4::backend::cpu

@@ -1,0 +1,82 @@
+#include "runtime/compressor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/vector_ops.h"
+#include "quant/quant.h"
+
+namespace ds4::runtime {
+
+void compressor_project(ForwardContext &ctx, const CompressorWeights &cw, const float *X, int64_t m,
+                        std::vector<float> &KV, std::vector<float> &SC) {
+    const size_t width = cw.kv->ne[1];
+    KV.resize(m * width);
+    SC.resize(m * width);
+    ctx.linear(cw.kv, X, KV.data(), m);
+    ctx.linear(cw.gate, X, SC.data(), m);
+}
+
+bool compressor_push(ForwardContext &ctx, uint32_t il, const CompressorWeights &cw,
+                     CompressorState &st, uint32_t d, const float *kv, const float *sc, int64_t p,
+                     float *row) {
+    const uint32_t r = ctx.hp.compress_ratio[il];
+    const bool overlap = ctx.hp.compressor_coff(il) == 2;
+    const uint32_t W = st.width;  // coff * d
+    // ape is [ratio][W]: the additive score bias of this token's phase in its window.
+    std::vector<float> ape(W);
+    const int64_t phase = p % r;
+    const size_t ape_row_bytes = cw.ape->n_bytes / cw.ape->ne[1];
+    quant::dequantize_row(cw.ape->type, cw.ape->data + phase * ape_row_bytes, ape.data(), W);
+    const size_t slot = overlap ? r + phase : phase;
+    std::copy(kv, kv + W, st.kv.begin() + slot * W);
+    for (uint32_t j = 0; j < W; ++j) st.score[slot * W + j] = sc[j] + ape[j];
+    if ((p + 1) % r != 0) return false;
+
+    // Pool each column j of the output over the window's candidate rows.
+    std::vector<float> pooled(d);
+    std::vector<float> s, v;
+    for (uint32_t j = 0; j < d; ++j) {
+        s.clear();
+        v.clear();
+        if (overlap) {
+            for (uint32_t i = 0; i < r; ++i) {  // previous window, first half of the columns
+                s.push_back(st.score[i * W + j]);
+                v.push_back(st.kv[i * W + j]);
+            }
+            for (uint32_t i = r; i < 2 * r; ++i) {  // current window, second half
+                s.push_back(st.score[i * W + d + j]);
+                v.push_back(st.kv[i * W + d + j]);
+            }
+        } else {
+            for (uint32_t i = 0; i < r; ++i) {
+                s.push_back(st.score[i * W + j]);
+                v.push_back(st.kv[i * W + j]);
+            }
+        }
+        const float mx = *std::max_element(s.begin(), s.end());
+        if (mx == -INFINITY) {
+            pooled[j] = 0.0f;
+            continue;
+        }
+        float den = 0.0f, num = 0.0f;
+        for (size_t i = 0; i < s.size(); ++i) {
+            const float e = std::exp(s[i] - mx);
+            den += e;
+            num += e * v[i];
+        }
+        pooled[j] = num / den;
+    }
+    if (overlap) {  // the current window becomes the previous one
+        std::copy(st.kv.begin() + size_t(r) * W, st.kv.begin() + size_t(2 * r) * W, st.kv.begin());
+        std::copy(st.score.begin() + size_t(r) * W, st.score.begin() + size_t(2 * r) * W,
+                  st.score.begin());
+    }
+    const float *norm_w = reinterpret_cast<const float *>(cw.norm->data);
+    backend::cpu::rms_norm(pooled.data(), norm_w, row, d, ctx.hp.rms_eps);
+    backend::cpu::rope_tail(row, d, ctx.rope_for_layer(il), p + 1 - r, false);
+    return true;
+}
+
+}  // namespace ds4::runtime

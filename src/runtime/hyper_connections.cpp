@@ -1,0 +1,116 @@
+#include "runtime/hyper_connections.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/vector_ops.h"
+
+namespace ds4::runtime {
+
+using backend::cpu::sigmoid;
+
+namespace {
+
+// mixes = fn . (flat / rms(flat)) over each token's flattened n_hc x n_embd state.
+std::vector<float> hc_mixes(ForwardContext &ctx, model::Tensor fn, const float *X, int64_t m) {
+    const int64_t width = int64_t(ctx.hp.n_hc) * ctx.hp.n_embd;
+    std::vector<float> flat(size_t(m * width));
+    for (int64_t t = 0; t < m; ++t)
+        backend::cpu::rms_norm(X + t * width, nullptr, flat.data() + t * width, width,
+                               ctx.hp.rms_eps);
+    std::vector<float> mixes(size_t(m) * fn->ne[1]);
+    ctx.linear(fn, flat.data(), mixes.data(), m);
+    return mixes;
+}
+
+const float *f32(model::Tensor t) {
+    return reinterpret_cast<const float *>(t->data);
+}
+
+}  // namespace
+
+std::vector<float> sinkhorn(const float *logits, uint32_t n, uint32_t iters, float eps) {
+    std::vector<float> c(size_t(n) * n);
+    for (uint32_t i = 0; i < n; ++i) {
+        float mx = -INFINITY;
+        for (uint32_t j = 0; j < n; ++j) mx = std::max(mx, logits[i * n + j]);
+        float sum = 0.0f;
+        for (uint32_t j = 0; j < n; ++j) sum += (c[i * n + j] = std::exp(logits[i * n + j] - mx));
+        for (uint32_t j = 0; j < n; ++j) c[i * n + j] = c[i * n + j] / sum + eps;
+    }
+    auto normalize_cols = [&] {
+        for (uint32_t j = 0; j < n; ++j) {
+            float s = 0.0f;
+            for (uint32_t i = 0; i < n; ++i) s += c[i * n + j];
+            for (uint32_t i = 0; i < n; ++i) c[i * n + j] /= (s + eps);
+        }
+    };
+    auto normalize_rows = [&] {
+        for (uint32_t i = 0; i < n; ++i) {
+            float s = 0.0f;
+            for (uint32_t j = 0; j < n; ++j) s += c[i * n + j];
+            for (uint32_t j = 0; j < n; ++j) c[i * n + j] /= (s + eps);
+        }
+    };
+    normalize_cols();
+    for (uint32_t it = 1; it < iters; ++it) {
+        normalize_rows();
+        normalize_cols();
+    }
+    return c;
+}
+
+std::vector<HcMix> hc_pre(ForwardContext &ctx, model::Tensor fn, model::Tensor scale,
+                          model::Tensor base, const std::vector<float> &X, int64_t m,
+                          std::vector<float> &x_in) {
+    const uint32_t n = ctx.hp.n_hc, E = ctx.hp.n_embd, n_mix = ctx.hp.n_hc_mix();
+    const std::vector<float> mixes = hc_mixes(ctx, fn, X.data(), m);
+    const float *s = f32(scale), *b = f32(base);
+    const float eps = ctx.hp.hc_eps;
+    std::vector<HcMix> out(m);
+    x_in.assign(size_t(m) * E, 0.0f);
+    for (int64_t t = 0; t < m; ++t) {
+        const float *mt = mixes.data() + t * n_mix;
+        HcMix &mix = out[t];
+        mix.pre.resize(n);
+        mix.post.resize(n);
+        for (uint32_t h = 0; h < n; ++h) {
+            mix.pre[h] = sigmoid(mt[h] * s[0] + b[h]) + eps;
+            mix.post[h] = 2.0f * sigmoid(mt[n + h] * s[1] + b[n + h]);
+        }
+        std::vector<float> logits(size_t(n) * n);
+        for (uint32_t k = 0; k < n * n; ++k) logits[k] = mt[2 * n + k] * s[2] + b[2 * n + k];
+        mix.comb = sinkhorn(logits.data(), n, ctx.hp.sinkhorn_iters, eps);
+        const float *Xt = X.data() + size_t(t) * n * E;
+        float *xt = x_in.data() + size_t(t) * E;
+        for (uint32_t h = 0; h < n; ++h)
+            for (uint32_t d = 0; d < E; ++d) xt[d] += mix.pre[h] * Xt[size_t(h) * E + d];
+    }
+    return out;
+}
+
+void hc_post(const HcMix &mix, const float *y, uint32_t E, float *X) {
+    const uint32_t n = static_cast<uint32_t>(mix.post.size());
+    std::vector<float> out(size_t(n) * E);
+    for (uint32_t j = 0; j < n; ++j)
+        for (uint32_t d = 0; d < E; ++d) {
+            float acc = mix.post[j] * y[d];
+            for (uint32_t i = 0; i < n; ++i) acc += mix.comb[i * n + j] * X[size_t(i) * E + d];
+            out[size_t(j) * E + d] = acc;
+        }
+    std::copy(out.begin(), out.end(), X);
+}
+
+void hc_head(ForwardContext &ctx, const float *X, std::vector<float> &out) {
+    const uint32_t n = ctx.hp.n_hc, E = ctx.hp.n_embd;
+    const std::vector<float> m = hc_mixes(ctx, ctx.w.output_hc_fn, X, 1);
+    const float scale = f32(ctx.w.output_hc_scale)[0];
+    const float *base = f32(ctx.w.output_hc_base);
+    out.assign(E, 0.0f);
+    for (uint32_t h = 0; h < n; ++h) {
+        const float wgt = sigmoid(m[h] * scale + base[h]) + ctx.hp.hc_eps;
+        for (uint32_t d = 0; d < E; ++d) out[d] += wgt * X[size_t(h) * E + d];
+    }
+}
+
+}  // namespace ds4::runtime

@@ -1,0 +1,31 @@
+#pragma once
+// Manifold-constrained hyper-connections (MODEL.md 4.2): each sublayer reads a weighted sum of
+// the n_hc residual streams and writes its output back into all of them through a doubly
+// stochastic (Sinkhorn-normalised) mixing matrix.
+#include <vector>
+
+#include "runtime/forward.h"
+
+namespace ds4::runtime {
+
+struct HcMix {
+    std::vector<float> pre;   // n_hc input weights (not normalised)
+    std::vector<float> post;  // n_hc output weights, in (0, 2)
+    std::vector<float> comb;  // n_hc x n_hc, comb[i * n_hc + j] = C[i][j] (stream i -> j)
+};
+
+// For each of the m token states X (m x n_hc x n_embd): the mix, and x_in = sum_h pre[h] X[h]
+// (m x n_embd).
+std::vector<HcMix> hc_pre(ForwardContext &ctx, model::Tensor fn, model::Tensor scale,
+                          model::Tensor base, const std::vector<float> &X, int64_t m,
+                          std::vector<float> &x_in);
+// One token: X'[j] = post[j] y + sum_i C[i][j] X[i].
+void hc_post(const HcMix &mix, const float *y, uint32_t n_embd, float *X);
+// The output head's reduction of one token's streams to one vector.
+void hc_head(ForwardContext &ctx, const float *X, std::vector<float> &out);
+
+// The Sinkhorn normalisation alone (exposed for tests): logits of an n x n matrix -> row-wise
+// softmax + eps, then alternate column/row normalisation, `iters` passes in all.
+std::vector<float> sinkhorn(const float *logits, uint32_t n, uint32_t iters, float eps);
+
+}  // namespace ds4::runtime

@@ -1,0 +1,78 @@
+#include "runtime/kv_cache.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/error.h"
+#include "quant/kernels_ref.h"
+
+namespace ds4::runtime {
+
+RowStore::RowStore(uint32_t width, bool f16, size_t capacity)
+    : width_(width), f16_(f16), capacity_(capacity) {
+    if (f16_)
+        h_.assign(capacity * width, 0);
+    else
+        f_.assign(capacity * width, 0.0f);
+}
+
+void RowStore::set(size_t i, const float *row) {
+    if (i >= capacity_)
+        throw Error("KV row store full: row " + std::to_string(i) + " of " +
+                    std::to_string(capacity_));
+    if (f16_) {
+        uint16_t *dst = h_.data() + i * width_;
+        for (uint32_t j = 0; j < width_; ++j) dst[j] = quant::ref::f32_to_f16(row[j]);
+    } else {
+        std::memcpy(f_.data() + i * width_, row, width_ * sizeof(float));
+    }
+    if (i + 1 > n_rows_) n_rows_ = i + 1;
+}
+
+void RowStore::push(const float *row) {
+    set(n_rows_, row);
+}
+
+void RowStore::get(size_t i, float *out) const {
+    if (f16_) {
+        const uint16_t *src = h_.data() + i * width_;
+        for (uint32_t j = 0; j < width_; ++j) out[j] = quant::ref::f16_to_f32(src[j]);
+    } else {
+        std::memcpy(out, f_.data() + i * width_, width_ * sizeof(float));
+    }
+}
+
+void CompressorState::init(uint32_t n_rows, uint32_t n_width) {
+    rows = n_rows;
+    width = n_width;
+    kv.assign(size_t(rows) * width, 0.0f);
+    score.assign(size_t(rows) * width, -std::numeric_limits<float>::infinity());
+}
+
+KvCache::KvCache(const model::HParams &hp, uint32_t ctx_, bool f16_rows) : ctx(ctx_) {
+    layers.resize(hp.n_layer);
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        LayerState &L = layers[il];
+        L.raw = RowStore(hp.head_dim, f16_rows, hp.sliding_window);
+        const uint32_t r = hp.compress_ratio[il];
+        if (r == 0) continue;
+        const uint32_t coff = hp.compressor_coff(il);
+        L.comp = RowStore(hp.head_dim, f16_rows, ctx / r + 1);
+        L.comp_state.init(coff * r, coff * hp.head_dim);
+        if (hp.attention_kind(il) == model::AttentionKind::Overlapped) {
+            L.idx = RowStore(hp.idx_head_dim, f16_rows, ctx / r + 1);
+            L.idx_state.init(coff * r, coff * hp.idx_head_dim);
+        }
+    }
+}
+
+size_t KvCache::bytes() const {
+    size_t b = 0;
+    for (const auto &L : layers)
+        b += L.raw.bytes() + L.comp.bytes() + L.idx.bytes() + L.comp_state.bytes() +
+             L.idx_state.bytes();
+    return b;
+}
+
+}  // namespace ds4::runtime

@@ -1,0 +1,64 @@
+#pragma once
+// Per-session attention state of every layer (MODEL.md 8.1): the raw sliding window, the
+// compressed rows, the indexer rows, and the compressors' partial windows. Rows are stored as
+// f16 (the reference engines round cached rows to f16 anyway) or, for exact comparisons with
+// an f32 reference, as f32.
+#include <cstdint>
+#include <vector>
+
+#include "model/hparams.h"
+
+namespace ds4::runtime {
+
+// Rows of a fixed width, f16 or f32, appended or overwritten in place.
+class RowStore {
+  public:
+    RowStore() = default;
+    RowStore(uint32_t width, bool f16, size_t capacity);
+
+    uint32_t width() const { return width_; }
+    size_t size() const { return n_rows_; }
+    size_t capacity() const { return capacity_; }
+    void push(const float *row);           // throws when full
+    void set(size_t i, const float *row);  // i < capacity; grows size to i + 1
+    void get(size_t i, float *out) const;
+    size_t bytes() const { return capacity_ * width_ * (f16_ ? 2 : 4); }
+
+  private:
+    uint32_t width_ = 0;
+    bool f16_ = true;
+    size_t capacity_ = 0;
+    size_t n_rows_ = 0;
+    std::vector<uint16_t> h_;
+    std::vector<float> f_;
+};
+
+// A compressor's rolling window: `rows` rows of `width` values and scores (MODEL.md 4.4).
+struct CompressorState {
+    uint32_t rows = 0, width = 0;
+    std::vector<float> kv, score;  // rows x width; score -inf marks an unwritten row
+
+    void init(uint32_t n_rows, uint32_t n_width);
+    size_t bytes() const { return (kv.size() + score.size()) * sizeof(float); }
+};
+
+struct LayerState {
+    RowStore raw;   // ring: the row of position p lives at slot p % sliding_window
+    RowStore comp;  // attention compressed rows (ratio != 0)
+    RowStore idx;   // indexer compressed rows (ratio 4)
+    CompressorState comp_state, idx_state;
+};
+
+struct KvCache {
+    uint32_t ctx = 0;    // positions the cache can hold
+    int64_t n_past = 0;  // positions already evaluated
+    std::vector<LayerState> layers;
+
+    KvCache() = default;
+    // Allocates everything for `ctx` positions up front, so the memory reported at start is the
+    // memory used.
+    KvCache(const model::HParams &hp, uint32_t ctx, bool f16_rows);
+    size_t bytes() const;
+};
+
+}  // namespace ds4::runtime

@@ -1,0 +1,135 @@
+#include "runtime/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/vector_ops.h"
+#include "common/error.h"
+
+namespace ds4::runtime {
+
+using backend::cpu::silu;
+
+Routing route(ForwardContext &ctx, uint32_t il, const float *logits, int32_t token) {
+    const model::HParams &hp = ctx.hp;
+    const model::LayerWeights &L = ctx.w.layers[il];
+    std::vector<float> prob(hp.n_expert);
+    for (uint32_t e = 0; e < hp.n_expert; ++e)
+        prob[e] = std::sqrt(backend::cpu::softplus(logits[e]));
+
+    Routing r;
+    if (L.tid2eid) {
+        if (token < 0 || static_cast<uint64_t>(token) >= L.tid2eid->ne[1])
+            throw Error("token id " + std::to_string(token) + " outside the hash routing table");
+        const auto *ids =
+            reinterpret_cast<const int32_t *>(L.tid2eid->data) + size_t(token) * hp.n_expert_used;
+        for (uint32_t i = 0; i < hp.n_expert_used; ++i) {
+            if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= hp.n_expert)
+                throw Error("hash routing table of layer " + std::to_string(il) + " names expert " +
+                            std::to_string(ids[i]));
+            r.experts.push_back(static_cast<uint32_t>(ids[i]));
+        }
+    } else {
+        // Top-k of prob + bias (the bias only selects), descending, ties to the lower expert.
+        std::vector<float> biased(prob);
+        if (L.exp_probs_b) {
+            const auto *b = reinterpret_cast<const float *>(L.exp_probs_b->data);
+            for (uint32_t e = 0; e < hp.n_expert; ++e) biased[e] += b[e];
+        }
+        std::vector<uint32_t> idx(hp.n_expert);
+        std::iota(idx.begin(), idx.end(), 0u);
+        std::partial_sort(idx.begin(), idx.begin() + hp.n_expert_used, idx.end(),
+                          [&](uint32_t a, uint32_t b) {
+                              return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
+                          });
+        r.experts.assign(idx.begin(), idx.begin() + hp.n_expert_used);
+    }
+    // Weights: unbiased probabilities, normalised in selection order, times the routed scale.
+    float sum = 0.0f;
+    for (uint32_t e : r.experts) {
+        r.weights.push_back(prob[e]);
+        sum += prob[e];
+    }
+    const float denom = hp.expert_weights_norm ? std::max(sum, 6.103515625e-5f) : 1.0f;
+    for (auto &w : r.weights) w = w / denom * hp.expert_weights_scale;
+    return r;
+}
+
+namespace {
+
+// g <- silu(min(g, c)) * clamp(u, -c, c) * weight, with no clamp when c <= 1e-6.
+void swiglu(float *g, const float *u, size_t n, float clamp, float weight) {
+    const bool on = clamp > 1e-6f;
+    for (size_t i = 0; i < n; ++i) {
+        const float gi = on ? std::min(g[i], clamp) : g[i];
+        const float ui = on ? std::clamp(u[i], -clamp, clamp) : u[i];
+        g[i] = silu(gi) * ui * weight;
+    }
+}
+
+}  // namespace
+
+void moe_batch(ForwardContext &ctx, uint32_t il, const float *XN,
+               const std::vector<int32_t> &tokens, float *Y) {
+    const model::HParams &hp = ctx.hp;
+    const model::LayerWeights &L = ctx.w.layers[il];
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const uint32_t E = hp.n_embd, F = hp.n_ff_exp, K = hp.n_expert_used;
+    const float clamp = hp.swiglu_clamp[il];
+
+    std::vector<float> logits(n * hp.n_expert);
+    ctx.linear(L.ffn_gate_inp, XN, logits.data(), n);
+    std::vector<Routing> routes(n);
+    for (int64_t t = 0; t < n; ++t)
+        routes[t] = route(ctx, il, logits.data() + t * hp.n_expert, tokens[t]);
+
+    // Group (token, slot) pairs by expert; every expert's output goes to its own slot so the
+    // per-token sum below runs in selection order whatever the grouping.
+    std::vector<std::vector<std::pair<int64_t, uint32_t>>> users(hp.n_expert);
+    for (int64_t t = 0; t < n; ++t)
+        for (uint32_t i = 0; i < K; ++i) users[routes[t].experts[i]].push_back({t, i});
+    std::vector<float> slot_out(size_t(n) * K * E);
+    std::vector<float> X, G, U, D;
+    const auto type_gu = L.ffn_gate_exps->type, type_d = L.ffn_down_exps->type;
+    for (uint32_t e = 0; e < hp.n_expert; ++e) {
+        const auto &who = users[e];
+        if (who.empty()) continue;
+        const int64_t m = static_cast<int64_t>(who.size());
+        X.resize(m * E);
+        for (int64_t j = 0; j < m; ++j) std::copy_n(XN + who[j].first * E, E, X.data() + j * E);
+        const experts::ExpertBytes b = ctx.experts.get(il, e);
+        G.resize(m * F);
+        U.resize(m * F);
+        D.resize(m * E);
+        backend::cpu::matmul(ctx.pool, ctx.scratch, type_gu, b.gate, F, E, X.data(), m, G.data());
+        backend::cpu::matmul(ctx.pool, ctx.scratch, type_gu, b.up, F, E, X.data(), m, U.data());
+        for (int64_t j = 0; j < m; ++j) {
+            const float weight = routes[who[j].first].weights[who[j].second];
+            swiglu(G.data() + j * F, U.data() + j * F, F, clamp, weight);
+        }
+        backend::cpu::matmul(ctx.pool, ctx.scratch, type_d, b.down, E, F, G.data(), m, D.data());
+        for (int64_t j = 0; j < m; ++j)
+            std::copy_n(D.data() + j * E, E,
+                        slot_out.data() + (who[j].first * K + who[j].second) * E);
+    }
+
+    const uint32_t FS = F * hp.n_expert_shared;
+    std::vector<float> SG(n * FS), SU(n * FS), SD(n * E);
+    ctx.linear(L.ffn_gate_shexp, XN, SG.data(), n);
+    ctx.linear(L.ffn_up_shexp, XN, SU.data(), n);
+    for (int64_t t = 0; t < n; ++t) swiglu(SG.data() + t * FS, SU.data() + t * FS, FS, clamp, 1.0f);
+    ctx.linear(L.ffn_down_shexp, SG.data(), SD.data(), n);
+    for (int64_t t = 0; t < n; ++t) {
+        float *y = Y + t * E;
+        std::fill(y, y + E, 0.0f);
+        for (uint32_t i = 0; i < K; ++i) {
+            const float *o = slot_out.data() + (t * K + i) * E;
+            for (uint32_t d = 0; d < E; ++d) y[d] += o[d];
+        }
+        for (uint32_t d = 0; d < E; ++d) y[d] += SD[t * E + d];
+    }
+}
+
+}  // namespace ds4::runtime

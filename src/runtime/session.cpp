@@ -1,0 +1,56 @@
+#include "runtime/session.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace ds4::runtime {
+
+std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &opts) {
+    std::unique_ptr<Model> m(new Model());
+    m->file_ = gguf::File::open(path);
+    m->hp_ = model::HParams::from_gguf(*m->file_);
+    m->weights_ = model::ModelWeights::bind(*m->file_, m->hp_);
+    if (opts.strict) {
+        if (const std::string why = model::strict_flash_mismatch(m->hp_, m->weights_); !why.empty())
+            throw Error(fmt::format("{}: not the published DeepSeek V4 Flash layout (--strict): {}",
+                                    path, why));
+    }
+    m->pool_ = std::make_unique<backend::cpu::ThreadPool>(opts.n_threads);
+    m->experts_ = experts::make_resident_source(m->weights_);
+    return m;
+}
+
+Session::Session(Model &model, const SessionOptions &opts)
+    : ctx_(model.hparams(), model.weights(), model.pool(), model.experts(), opts.forward),
+      forward_(ctx_),
+      cache_(model.hparams(), opts.ctx,
+             opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0),
+      chunk_(opts.chunk) {
+    if (opts.ctx == 0) throw Error("context size must be > 0");
+    if (opts.chunk == 0) throw Error("prefill chunk must be > 0");
+}
+
+const std::vector<float> &Session::eval(std::span<const int32_t> tokens,
+                                        const std::function<void(size_t, size_t)> &progress) {
+    if (tokens_.size() + tokens.size() > cache_.ctx)
+        throw Error(
+            fmt::format("{} tokens do not fit: {} already in the context, {} new, context size {}",
+                        tokens_.size() + tokens.size(), tokens_.size(), tokens.size(), cache_.ctx));
+    for (size_t i = 0; i < tokens.size(); i += chunk_) {
+        const size_t n = std::min<size_t>(chunk_, tokens.size() - i);
+        const std::vector<int32_t> batch(tokens.begin() + i, tokens.begin() + i + n);
+        logits_ = forward_.eval(batch, cache_);
+        tokens_.insert(tokens_.end(), batch.begin(), batch.end());
+        if (progress) progress(i + n, tokens.size());
+    }
+    return logits_;
+}
+
+void Session::restore(const Snapshot &s) {
+    cache_ = s.cache;
+    logits_ = s.logits;
+    tokens_ = s.tokens;
+}
+
+}  // namespace ds4::runtime

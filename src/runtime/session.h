@@ -1,0 +1,87 @@
+#pragma once
+// The engine's session API: a loaded model (file mapping, hyper-parameters, bound weights,
+// expert source, threads) and sessions over it (token history, KV cache, last logits), with
+// in-memory snapshots. The CLI, the tests and later the server use only this.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/thread_pool.h"
+#include "experts/expert_source.h"
+#include "gguf/gguf_file.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+#include "runtime/forward.h"
+#include "runtime/kv_cache.h"
+
+namespace ds4::runtime {
+
+struct ModelOptions {
+    int n_threads = 0;    // 0 = all cores
+    bool strict = false;  // require the published Flash layout
+};
+
+class Model {
+  public:
+    // Opens, validates and binds a deepseek4 GGUF; throws ds4::Error with the file's problem.
+    static std::unique_ptr<Model> load(const std::string &path, const ModelOptions &opts = {});
+
+    const gguf::File &file() const { return *file_; }
+    const model::HParams &hparams() const { return hp_; }
+    const model::ModelWeights &weights() const { return weights_; }
+    backend::cpu::ThreadPool &pool() { return *pool_; }
+    experts::ExpertSource &experts() { return *experts_; }
+
+  private:
+    Model() = default;
+    std::unique_ptr<gguf::File> file_;
+    model::HParams hp_;
+    model::ModelWeights weights_;
+    std::unique_ptr<backend::cpu::ThreadPool> pool_;
+    std::unique_ptr<experts::ExpertSource> experts_;
+};
+
+struct SessionOptions {
+    uint32_t ctx = 32768;    // positions the KV cache holds
+    uint32_t chunk = 256;    // prefill batch size (1 = token by token)
+    ForwardOptions forward;  // qat_sim on by default
+    // Cached rows as f16 (the reference engines' rounding) or f32; default: f16 when QAT
+    // simulation is on, f32 when it is off (exact comparisons with f32 references).
+    int f16_rows = -1;
+};
+
+class Session {
+  public:
+    Session(Model &model, const SessionOptions &opts = {});
+
+    // Appends and evaluates tokens; returns the logits after the last one. `progress(done,
+    // total)` is called as tokens are evaluated. Throws when the context would overflow, before
+    // evaluating anything.
+    const std::vector<float> &eval(std::span<const int32_t> tokens,
+                                   const std::function<void(size_t, size_t)> &progress = {});
+    const std::vector<float> &logits() const { return logits_; }
+    const std::vector<int32_t> &tokens() const { return tokens_; }
+    uint32_t ctx() const { return cache_.ctx; }
+    size_t kv_bytes() const { return cache_.bytes(); }
+
+    struct Snapshot {
+        KvCache cache;
+        std::vector<float> logits;
+        std::vector<int32_t> tokens;
+    };
+    Snapshot save() const { return {cache_, logits_, tokens_}; }
+    void restore(const Snapshot &s);
+
+  private:
+    ForwardContext ctx_;
+    Forward forward_;
+    KvCache cache_;
+    uint32_t chunk_;
+    std::vector<float> logits_;
+    std::vector<int32_t> tokens_;
+};
+
+}  // namespace ds4::runtime

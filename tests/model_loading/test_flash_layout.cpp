@@ -1,0 +1,93 @@
+// The published Flash layout, built in memory from the layout table (no 86 GB file needed):
+// strict recognition, and the byte totals that MODEL.md Appendix A computes independently from
+// the block sizes (86,714,775,900 B for q2, 164,628,167,004 B for q4).
+#include <gtest/gtest.h>
+
+#include <deque>
+
+#include "gguf/gguf_writer.h"
+#include "model/model_summary.h"
+#include "model/synthetic_model.h"
+#include "model/tensor_layout.h"
+#include "model/weights.h"
+
+using namespace ds4;
+using namespace ds4::model;
+
+namespace {
+
+struct InMemoryModel {
+    HParams hp;
+    std::deque<gguf::TensorInfo> infos;  // stable addresses
+    ModelWeights w;
+};
+
+void build(InMemoryModel &m, GgmlType gate_up, GgmlType down) {
+    m.hp = shape_preset("flash", 129280);
+    m.w.layers.resize(m.hp.n_layer);
+    for_each_tensor(m.hp, &m.w, [&](const TensorSpec &s, const gguf::TensorInfo **slot) {
+        if (s.role == TensorRole::RouterBias && m.hp.is_hash_layer(static_cast<uint32_t>(s.layer)))
+            return;
+        GgmlType type = role_published_type(s.role);
+        if (s.role == TensorRole::RoutedGateUp) type = gate_up;
+        if (s.role == TensorRole::RoutedDown) type = down;
+        gguf::TensorInfo t;
+        t.name = s.name;
+        t.ne = s.ne;
+        t.type = type;
+        t.n_elements = 1;
+        for (auto d : s.ne) t.n_elements *= d;
+        t.n_bytes = gguf::tensor_n_bytes(type, s.ne);
+        m.infos.push_back(t);
+        *slot = &m.infos.back();
+    });
+}
+
+TEST(FlashLayout, TensorCountAndBytesMatchTheSpec) {
+    InMemoryModel q2, q4;
+    build(q2, GgmlType::IQ2_XXS, GgmlType::Q2_K);
+    build(q4, GgmlType::Q4_K, GgmlType::Q4_K);
+    EXPECT_EQ(q2.infos.size(), 1328u);  // MODEL.md 2.2
+    EXPECT_EQ(bytes_by_class(q2.hp, q2.w).back().bytes, 86714775900ull);
+    EXPECT_EQ(bytes_by_class(q4.hp, q4.w).back().bytes, 164628167004ull);
+    // MODEL.md 11.1: routed experts 77.91 GB (q2), 277.03 B routed parameters, 284.34 B in all
+    // (the table rounds; 0.01 B of slack).
+    const auto c = bytes_by_class(q2.hp, q2.w);
+    EXPECT_NEAR(c[0].bytes / 1e9, 77.91, 0.005);
+    EXPECT_NEAR(c[0].params / 1e9, 277.03, 0.01);
+    EXPECT_NEAR(c.back().params / 1e9, 284.34, 0.01);
+    EXPECT_EQ(routed_quant_mix(q2.hp, q2.w), "q2");
+    EXPECT_EQ(routed_quant_mix(q4.hp, q4.w), "q4");
+}
+
+TEST(FlashLayout, StrictAcceptsPublishedMixesAndNamesTheFirstDifference) {
+    InMemoryModel q2, q4, q8;
+    build(q2, GgmlType::IQ2_XXS, GgmlType::Q2_K);
+    build(q4, GgmlType::Q4_K, GgmlType::Q4_K);
+    build(q8, GgmlType::Q8_0, GgmlType::Q8_0);
+    EXPECT_EQ(strict_flash_mismatch(q2.hp, q2.w), "");
+    EXPECT_EQ(strict_flash_mismatch(q4.hp, q4.w), "");
+    EXPECT_EQ(
+        strict_flash_mismatch(q8.hp, q8.w),
+        "blk.0: routed experts are q8_0, the published layouts are IQ2_XXS/Q2_K (q2) or Q4_K (q4)");
+    // Mixed per-layer q2/q4 files are legitimate (MODEL.md 2.2).
+    const_cast<gguf::TensorInfo *>(q2.w.layers[7].ffn_gate_exps)->type = GgmlType::Q4_K;
+    const_cast<gguf::TensorInfo *>(q2.w.layers[7].ffn_up_exps)->type = GgmlType::Q4_K;
+    const_cast<gguf::TensorInfo *>(q2.w.layers[7].ffn_down_exps)->type = GgmlType::Q4_K;
+    EXPECT_EQ(strict_flash_mismatch(q2.hp, q2.w), "");
+    EXPECT_EQ(routed_quant_mix(q2.hp, q2.w), "mixed");
+    const_cast<gguf::TensorInfo *>(q4.w.layers[5].attn_q_b)->type = GgmlType::F16;
+    EXPECT_EQ(strict_flash_mismatch(q4.hp, q4.w),
+              "tensor 'blk.5.attn_q_b.weight' is F16, the published layout has Q8_0");
+    q4.hp.compress_ratio[3] = 4;
+    EXPECT_EQ(strict_flash_mismatch(q4.hp, q4.w), "compress_ratios[3] is 4, Flash has 128");
+}
+
+TEST(FlashLayout, TinyIsNotFlash) {
+    const HParams h = shape_preset("tiny", 129280);
+    EXPECT_FALSE(h.is_flash());
+    EXPECT_EQ(h.flash_mismatch(), "block_count is 6, Flash has 43");
+    EXPECT_TRUE(shape_preset("flash", 129280).is_flash());
+}
+
+}  // namespace

@@ -1,0 +1,126 @@
+// The model's numeric primitives against independent references: ml_dtypes' FP8/FP4 casts and
+// scipy's Hadamard matrix (fixtures/primitives.json, from gen_primitive_fixtures.py), and the
+// YaRN frequency table printed in MODEL.md 4.0.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "backend/cpu/qat_sim.h"
+#include "backend/cpu/rope.h"
+#include "runtime/hyper_connections.h"
+
+using namespace ds4::backend::cpu;
+
+namespace {
+
+const nlohmann::json &fixtures() {
+    static const nlohmann::json j = [] {
+        std::ifstream in(std::string(DS4_SOURCE_DIR) + "/tests/runtime/fixtures/primitives.json");
+        return nlohmann::json::parse(in);
+    }();
+    return j;
+}
+
+template <typename Fn>
+void check_cases(const char *name, Fn &&apply, double tol) {
+    const auto &cases = fixtures().at(name);
+    ASSERT_GE(cases.size(), 10u);
+    for (size_t c = 0; c < cases.size(); ++c) {
+        std::vector<float> x = cases[c].at("x").get<std::vector<float>>();
+        const std::vector<double> y = cases[c].at("y").get<std::vector<double>>();
+        apply(x.data(), static_cast<int64_t>(x.size()));
+        for (size_t i = 0; i < x.size(); ++i)
+            ASSERT_NEAR(x[i], y[i], tol * std::max(1.0, std::fabs(y[i])))
+                << name << " case " << c << " index " << i;
+    }
+}
+
+TEST(QatSim, Fp8MatchesMlDtypesBitForBit) {
+    check_cases(
+        "fp8", [](float *x, int64_t n) { fp8_e4m3_sim(x, n, 64); }, 0.0);
+}
+
+TEST(QatSim, Fp4MatchesMlDtypesBitForBit) {
+    check_cases(
+        "fp4", [](float *x, int64_t n) { fp4_e2m1_sim(x, n); }, 0.0);
+}
+
+TEST(QatSim, HadamardMatchesScipy) {
+    check_cases(
+        "hadamard", [](float *x, int64_t n) { hadamard(x, n); }, 2e-6);
+}
+
+TEST(QatSim, HadamardTwiceIsIdentity) {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(128), y;
+    for (auto &v : x) v = nd(rng);
+    y = x;
+    hadamard(y.data(), 128);
+    hadamard(y.data(), 128);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5);
+    EXPECT_ANY_THROW(hadamard(y.data(), 96));
+}
+
+TEST(QatSim, RoundingEdges) {
+    EXPECT_EQ(round_e4m3(448.0f), 448.0f);
+    EXPECT_EQ(round_e4m3(1000.0f), 448.0f);
+    EXPECT_EQ(round_e4m3(1.0625f), 1.0f);   // tie between codes 56 (even) and 57
+    EXPECT_EQ(round_e4m3(1.1875f), 1.25f);  // tie between 1.125 (odd) and 1.25 (even)
+    EXPECT_EQ(round_e2m1(0.25f), 0.0f);
+    EXPECT_EQ(round_e2m1(5.0f), 4.0f);
+    EXPECT_EQ(round_e2m1(2.5f), 2.0f);
+}
+
+// MODEL.md 4.0: compressed-layer frequencies for base 160000, YaRN factor 16, original context
+// 65536, betas 32 / 1 (the spec prints them to 6 significant digits).
+TEST(Rope, YarnTableMatchesTheSpec) {
+    const double expect[32] = {
+        1,           0.687656,    0.472871,    0.325172,    0.223607,    0.153765,    0.105737,
+        0.0727108,   0.05,        0.0343828,   0.0236435,   0.0162586,   0.0111803,   0.00768823,
+        0.00528686,  0.00363554,  0.00226563,  0.0013968,   0.00084969,  0.000508082, 0.000296978,
+        0.00016818,  9.08678e-05, 4.54442e-05, 1.95312e-05, 5.37231e-06, 3.6943e-06,  2.54041e-06,
+        1.74693e-06, 1.20129e-06, 8.26071e-07, 5.68053e-07};
+    const RopeFreqs f = RopeFreqs::yarn(64, 160000, 16, 65536, 32, 1);
+    ASSERT_EQ(f.f.size(), 32u);
+    for (int k = 0; k < 32; ++k) EXPECT_NEAR(f.f[k], expect[k], expect[k] * 6e-6) << k;
+}
+
+TEST(Rope, InverseUndoesForward) {
+    const RopeFreqs f = RopeFreqs::plain(16, 10000);
+    std::vector<float> x(64), y;
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(i) * 0.1f - 3.0f;
+    y = x;
+    rope_tail(y.data(), 64, f, 1234, false);
+    EXPECT_EQ(y[0], x[0]);  // the first 48 dims do not rotate
+    EXPECT_NE(y[63], x[63]);
+    rope_tail(y.data(), 64, f, 1234, true);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5);
+}
+
+// Appendix A: after 20 iterations the columns sum to 1 within ~1e-6 and rows approximately 1.
+TEST(HyperConnections, SinkhornIsDoublyStochastic) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (int trial = 0; trial < 20; ++trial) {
+        float logits[16];
+        for (auto &v : logits) v = nd(rng);
+        const auto c = ds4::runtime::sinkhorn(logits, 4, 20, 1e-6f);
+        for (int j = 0; j < 4; ++j) {
+            float col = 0, row = 0;
+            for (int i = 0; i < 4; ++i) {
+                col += c[i * 4 + j];
+                row += c[j * 4 + i];
+                EXPECT_GT(c[i * 4 + j], 0.0f);
+            }
+            EXPECT_NEAR(col, 1.0f, 2e-6);
+            EXPECT_NEAR(row, 1.0f,
+                        1e-2);  // rows converge more slowly (the last pass is on columns)
+        }
+    }
+}
+
+}  // namespace
