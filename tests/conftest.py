@@ -9,7 +9,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="session")
 def bin_dir():
-    d = os.environ.get("DS4_BUILD_DIR", os.path.join(REPO, "build"))
+    d = os.path.abspath(os.environ.get("DS4_BUILD_DIR", os.path.join(REPO, "build")))
     d = os.path.join(d, "bin") if os.path.isdir(os.path.join(d, "bin")) else d
     if not os.path.isdir(d):
         pytest.fail(f"build directory {d} not found: build first (cmake --preset release && cmake --build build)")

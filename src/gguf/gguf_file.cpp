@@ -120,8 +120,10 @@ Value read_value(Cursor &c, ValueType t, const std::string &what, uint32_t depth
             const auto item_type = static_cast<ValueType>(item_id);
             const uint64_t count = c.read<uint64_t>(what + " item count");
             if (count > c.remaining() / min_encoded_size(item_type))
-                throw Error(fmt::format("{}: array of {} {} items cannot fit in the {} bytes left",
-                                        what, count, value_type_name(item_type), c.remaining()));
+                throw Error(
+                    fmt::format("{}: array of {} {} items cannot fit in the {} bytes left "
+                                "(truncated or corrupt file)",
+                                what, count, value_type_name(item_type), c.remaining()));
             std::vector<Value> items;
             items.reserve(count);
             for (uint64_t i = 0; i < count; ++i)
@@ -212,11 +214,13 @@ void File::parse() {
     // A key/value record takes at least 13 bytes (key length, type, 1-byte value); a tensor info
     // at least 32 (name length, n_dims, one dim, type, offset).
     if (n_kv > c.remaining() / 13)
-        throw Error(
-            fmt::format("metadata count {} cannot fit in the {} bytes of the file", n_kv, size_));
+        throw Error(fmt::format(
+            "metadata count {} cannot fit in the {} bytes of the file (truncated or corrupt file)",
+            n_kv, size_));
     if (n_tensors > c.remaining() / 32)
-        throw Error(fmt::format("tensor count {} cannot fit in the {} bytes of the file", n_tensors,
-                                size_));
+        throw Error(fmt::format(
+            "tensor count {} cannot fit in the {} bytes of the file (truncated or corrupt file)",
+            n_tensors, size_));
 
     kv_.reserve(n_kv);
     for (uint64_t i = 0; i < n_kv; ++i) {

@@ -201,7 +201,8 @@ void set_metadata(gguf::Writer &w, const HParams &h, const std::string &name) {
     auto f32 = [&](const char *k, float v) { w.set(std::string("deepseek4.") + k, Value::f32(v)); };
     w.set("general.architecture", Value::string("deepseek4"));
     w.set("general.name", Value::string(name));
-    w.set("deepseek4.context_length", Value::u64(h.context_length));
+    // u32, as llama.cpp reads it (ds4 itself only prints it).
+    w.set("deepseek4.context_length", Value::u32(static_cast<uint32_t>(h.context_length)));
     u32("block_count", h.n_layer);
     u32("embedding_length", h.n_embd);
     u32("vocab_size", h.n_vocab);
@@ -226,7 +227,8 @@ void set_metadata(gguf::Writer &w, const HParams &h, const std::string &name) {
     u32("hyper_connection.sinkhorn_iterations", h.sinkhorn_iters);
     w.set("deepseek4.attention.compress_ratios", Value::array_of_u32(h.compress_ratio));
     w.set("deepseek4.swiglu_clamp_exp", Value::array_of_f32(h.swiglu_clamp));
-    w.set("deepseek4.rope.scaling.original_context_length", Value::u64(h.rope_orig_ctx));
+    w.set("deepseek4.rope.scaling.original_context_length",
+          Value::u32(static_cast<uint32_t>(h.rope_orig_ctx)));
     f32("rope.freq_base", h.rope_freq_base);
     f32("rope.scaling.factor", h.rope_scaling_factor);
     f32("rope.scaling.yarn_beta_fast", h.yarn_beta_fast);

@@ -1,0 +1,44 @@
+#include "runtime/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace ds4::runtime {
+
+GenerateStats generate(Session &session, std::span<const int32_t> prompt, Sampler &sampler,
+                       const GenerateParams &params, const std::function<void(int32_t)> &on_token,
+                       const std::function<void(size_t, size_t)> &on_progress) {
+    using clock = std::chrono::steady_clock;
+    GenerateStats st;
+    auto t0 = clock::now();
+    if (!prompt.empty()) session.eval(prompt, on_progress);
+    st.prompt_tokens = prompt.size();
+    st.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+
+    // Each chosen token but the last is evaluated, so the room is ctx - n_past + 1 choices.
+    const int64_t room = int64_t(session.ctx()) - int64_t(session.tokens().size()) + 1;
+    const int64_t budget = std::min(params.max_tokens, room);
+    t0 = clock::now();
+    auto first = t0;
+    for (int64_t i = 0; i < budget; ++i) {
+        if (params.cancel && params.cancel->load()) {
+            st.cancelled = true;
+            break;
+        }
+        const int32_t id = sampler.sample(session.logits());
+        ++st.generated;
+        if (i == 0) first = clock::now();  // generation speed excludes the first token's sampling
+        on_token(id);
+        if (std::find(params.stop_ids.begin(), params.stop_ids.end(), id) !=
+            params.stop_ids.end()) {
+            st.stopped_by_token = true;
+            break;
+        }
+        if (i + 1 == budget) break;
+        session.eval(std::span(&id, 1));
+    }
+    st.generation_seconds = std::chrono::duration<double>(clock::now() - first).count();
+    return st;
+}
+
+}  // namespace ds4::runtime

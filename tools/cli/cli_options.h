@@ -1,0 +1,27 @@
+#pragma once
+// The ds4 CLI's options (SURFACES 2.2), shared by the one-shot and interactive modes.
+#include <cstdint>
+#include <string>
+
+#include "runtime/sampler.h"
+#include "tokenizer/chat_prompt.h"
+
+namespace ds4::cli {
+
+struct Options {
+    std::string prompt, prompt_file;
+    std::string system = std::string(tokenizer::kDefaultSystemText);
+    std::string model = "ds4flash.gguf";
+    uint32_t ctx = 32768;
+    int64_t n_predict = 50000;
+    int threads = 0;
+    uint32_t chunk = 256;
+    runtime::SamplerParams sampling;
+    tokenizer::ThinkMode think = tokenizer::ThinkMode::kHigh;
+    bool qat_sim = true;
+    bool strict = false;
+    std::string dump_logprobs;
+    int logprobs_top_k = 20;
+};
+
+}  // namespace ds4::cli
