@@ -6,6 +6,7 @@
 
 #include "backend/cpu/qat_sim.h"
 #include "backend/cpu/vector_ops.h"
+#include "quant/quant.h"
 #include "runtime/compressor.h"
 #include "runtime/indexer.h"
 
@@ -26,16 +27,15 @@ void attend(ForwardContext &ctx, uint32_t il, const float *q, const std::vector<
     const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
     const float *sinks = f32(ctx.w.layers[il].attn_sinks);
     const RopeFreqs &rope = ctx.rope_for_layer(il);
+    // The f32 dot of the block-format kernels (SIMD, f64 accumulation, same result on every path).
+    const quant::VecDotFn dot = quant::kernels(GgmlType::F32).vec_dot;
     ctx.pool.parallel_for(H, [&](int64_t h0, int64_t h1, int) {
         std::vector<float> sc(n_rows);
         for (int64_t h = h0; h < h1; ++h) {
             const float *qh = q + size_t(h) * D;
             float mx = sinks[h];
             for (size_t j = 0; j < n_rows; ++j) {
-                const float *k = rows.data() + j * D;
-                float dot = 0.0f;
-                for (uint32_t d = 0; d < D; ++d) dot += qh[d] * k[d];
-                sc[j] = dot * scale;
+                sc[j] = dot(D, rows.data() + j * D, qh) * scale;
                 mx = std::max(mx, sc[j]);
             }
             float den = std::exp(sinks[h] - mx);
