@@ -238,6 +238,14 @@ void set_metadata(gguf::Writer &w, const HParams &h, const std::string &name) {
     f32("attention.layer_norm_rms_epsilon", h.rms_eps);
     f32("hyper_connection.epsilon", h.hc_eps);
     w.set("deepseek4.expert_weights_norm", gguf::Value::boolean(h.expert_weights_norm));
+    // Keys ds4 never reads but llama.cpp's deepseek4 loader needs, with the values the published
+    // files carry (written by the llama.cpp-style converter; docs/LLAMACPP.md):
+    //  - expert_gating_func: the router score function, LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS
+    //    (= 4, sqrt(softplus(logit))); llama.cpp refuses any other value for deepseek4.
+    //  - rope.scaling.type: "yarn". Without it llama.cpp falls back to "linear" scaling and would
+    //    divide the compressed layers' positions by rope.scaling.factor instead of applying YaRN.
+    u32("expert_gating_func", 4);
+    w.set("deepseek4.rope.scaling.type", Value::string("yarn"));
 }
 
 GgmlType type_for(TensorRole role, QuantMix mix) {

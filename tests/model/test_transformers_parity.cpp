@@ -7,6 +7,7 @@
 // max |theirs|, at most 1e-4; and the greedy continuation equal token for token.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -32,12 +33,16 @@ std::vector<float> read_f32(const std::string &path) {
 
 struct Deviation {
     double max_abs_diff = 0, max_abs_ref = 0;
+    size_t top1_same = 0, top1_total = 0;  // argmax agreement over the compared rows
     double ratio() const { return max_abs_diff / max_abs_ref; }
+    double top1_rate() const { return top1_total ? double(top1_same) / top1_total : 1.0; }
 };
 
 // Runs one fixture model: every prompt token by token (logits at every position) and once with
-// chunked prefill. Returns the worst deviation.
-Deviation check_model(const std::string &name, const std::string &gguf) {
+// chunked prefill. Returns the worst deviation. `exact` asserts the greedy continuation token for
+// token (the f32, no-QAT comparison); otherwise the deviation is only measured.
+Deviation check_model(const std::string &name, const std::string &gguf, bool qat_sim = false,
+                      bool exact = true) {
     std::ifstream in(kFixtures + name + "/index.json");
     const auto index = nlohmann::json::parse(in);
     auto model = runtime::Model::load(gguf, {.n_threads = 2});
@@ -68,7 +73,7 @@ Deviation check_model(const std::string &name, const std::string &gguf) {
         EXPECT_EQ(expect.size(), n_rows * V);
 
         runtime::SessionOptions so{.ctx = static_cast<uint32_t>(tokens.size() + 1), .chunk = 1};
-        so.forward.qat_sim = false;
+        so.forward.qat_sim = qat_sim;
         runtime::Session s(*model, so);
         for (size_t i = 0; i < tokens.size(); ++i) {
             const auto &logits = s.eval(std::span(tokens).subspan(i, 1));
@@ -79,9 +84,12 @@ Deviation check_model(const std::string &name, const std::string &gguf) {
                         std::max(dev.max_abs_diff, double(std::fabs(logits[v] - ref[v])));
                     dev.max_abs_ref = std::max(dev.max_abs_ref, double(std::fabs(ref[v])));
                 }
+                dev.top1_same += runtime::argmax(logits) ==
+                                 static_cast<int32_t>(std::max_element(ref, ref + V) - ref);
+                ++dev.top1_total;
             }
             // Greedy: the token after position i is the argmax of our logits there.
-            if (i + 1 >= n_prompt && i + 1 - n_prompt < generated.size()) {
+            if (exact && i + 1 >= n_prompt && i + 1 - n_prompt < generated.size()) {
                 EXPECT_EQ(runtime::argmax(logits), generated[i + 1 - n_prompt])
                     << "greedy step " << i + 1 - n_prompt;
             }
@@ -115,6 +123,46 @@ TEST_P(TransformersParity, LogitsAndGreedyTokens) {
     std::printf("[ parity ] %s: max |diff| %.3g, max |logit| %.3g, ratio %.3g\n", name.c_str(),
                 d.max_abs_diff, d.max_abs_ref, d.ratio());
     EXPECT_LE(d.ratio(), 1e-4);
+}
+
+std::string tiny_gguf(const std::string &name, const char *suffix) {
+    const char *dir = std::getenv("DS4_PARITY_GGUF_DIR");
+    return dir ? std::string(dir) + "/" + name + suffix : "";
+}
+
+// Deviation from transformers with the QAT simulation on (transformers has none): reported, and
+// bounded loosely — on random tiny models FP8 KV rounding moves logits by O(1) (activations are
+// O(1) and E4M3 keeps 3 mantissa bits), so greedy agreement is not expected to be exact here; the
+// official vectors are the acceptance test for the simulation.
+TEST(TransformersDeviation, QatSimulationOn) {
+    const std::string gguf = tiny_gguf("flash_mini", "-f32.gguf");
+    if (gguf.empty() || !std::filesystem::exists(gguf))
+        GTEST_SKIP() << "DS4_PARITY_GGUF_DIR not set";
+    const Deviation d = check_model("flash_mini", gguf, true, false);
+    std::printf(
+        "[ qat-on ] flash_mini: max |diff| %.3g (ratio %.3g), top-1 agreement %.1f%% of %zu rows\n",
+        d.max_abs_diff, d.ratio(), 100 * d.top1_rate(), d.top1_total);
+    EXPECT_GT(d.max_abs_diff, 1e-3);  // the simulation is really applied
+    EXPECT_LT(d.ratio(), 0.5);
+}
+
+// The same model requantized to the q8_0 and q4 mixes by ds4-quantize (CTest makes the files):
+// weight and activation rounding, QAT off. The deviation is dominated by routing: the router
+// scores of these random models are near-tied (smallest gap 6e-4), so small rounding flips an
+// expert and moves logits by O(1). Bounds are the measured agreement (92.3% / 83.9% of 155 rows)
+// with a margin; llama.cpp on the same files is the tight comparison (tests/llamacpp).
+TEST(TransformersDeviation, QuantizedMixes) {
+    for (const char *mix : {"q8_0", "q4"}) {
+        const std::string gguf =
+            tiny_gguf("flash_ratios", (std::string("-") + mix + ".gguf").c_str());
+        if (gguf.empty() || !std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " not present";
+        const Deviation d = check_model("flash_ratios", gguf, false, false);
+        std::printf(
+            "[ %s ] flash_ratios: max |diff| %.3g (ratio %.3g), top-1 agreement %.1f%% of %zu "
+            "rows\n",
+            mix, d.max_abs_diff, d.ratio(), 100 * d.top1_rate(), d.top1_total);
+        EXPECT_GE(d.top1_rate(), std::string(mix) == "q8_0" ? 0.88 : 0.78) << mix;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, TransformersParity,

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -13,8 +14,10 @@
 #include "gguf/gguf_writer.h"
 #include "model/hparams.h"
 #include "model/model_summary.h"
+#include "model/requantize.h"
 #include "model/synthetic_model.h"
 #include "model/weights.h"
+#include "quant/quant.h"
 
 using namespace ds4;
 using namespace ds4::model;
@@ -198,6 +201,48 @@ TEST(ModelLoading, ForeignFilesGetPreciseErrors) {
         EXPECT_NE(err.find(c.expect), std::string::npos) << "error was: '" << err << "'";
     }
     EXPECT_EQ(load_error_after(src, {}), "");  // the unmodified rewrite loads
+}
+
+TEST(Requantize, F32ToPublishedMixes) {
+    const std::string &src = tiny_path(QuantMix::F32);
+    auto f32 = gguf::File::open(src);
+    const HParams hp = HParams::from_gguf(*f32);
+    const ModelWeights w32 = ModelWeights::bind(*f32, hp);
+    for (QuantMix mix : {QuantMix::Q8_0, QuantMix::Q4}) {
+        SCOPED_TRACE(quant_mix_name(mix));
+        const std::string out = tmp_path(std::string("requant-") + quant_mix_name(mix) + ".gguf");
+        requantize_model(src, out, mix, false);
+        auto f = gguf::File::open(out);
+        const ModelWeights w = ModelWeights::bind(*f, HParams::from_gguf(*f));
+        EXPECT_EQ(routed_quant_mix(hp, w), quant_mix_name(mix));
+        EXPECT_EQ(w.token_embd->type, GgmlType::F16);
+        EXPECT_EQ(w.layers[2].attn_q_b->type, GgmlType::Q8_0);
+        EXPECT_EQ(w.layers[2].attn_norm->type, GgmlType::F32);
+        EXPECT_EQ(w.layers[0].tid2eid->type, GgmlType::I32);
+        EXPECT_EQ(std::memcmp(w.layers[0].tid2eid->data, w32.layers[0].tid2eid->data,
+                              w32.layers[0].tid2eid->n_bytes),
+                  0);
+        // A routed expert row survives the round trip within the format's error (Q8_0 ~0.4%,
+        // Q4_K ~7% of the rms for Gaussian-like rows; measured in tests/quant).
+        const uint64_t K = hp.n_embd;
+        std::vector<float> a(K), b(K);
+        quant::dequantize_row(GgmlType::F32, w32.layers[3].ffn_up_exps->data, a.data(), K);
+        quant::dequantize_row(w.layers[3].ffn_up_exps->type, w.layers[3].ffn_up_exps->data,
+                              b.data(), K);
+        double err = 0, ref = 0;
+        for (uint64_t i = 0; i < K; ++i) {
+            err += (a[i] - b[i]) * double(a[i] - b[i]);
+            ref += double(a[i]) * a[i];
+        }
+        EXPECT_LT(std::sqrt(err / ref), mix == QuantMix::Q8_0 ? 0.01 : 0.12);
+    }
+    try {
+        requantize_model(src, tmp_path("requant-q2.gguf"), QuantMix::Q2, false);
+        FAIL() << "q2 should need an IQ2_XXS quantizer";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("no IQ2_XXS quantizer"), std::string::npos)
+            << e.what();
+    }
 }
 
 TEST(ModelLoading, ShapeJsonOverridesTiny) {

@@ -1,0 +1,81 @@
+#include "model/requantize.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "common/error.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
+#include "model/hparams.h"
+#include "model/tensor_layout.h"
+#include "model/weights.h"
+#include "quant/quant.h"
+
+namespace ds4::model {
+
+namespace {
+
+GgmlType target_type(TensorRole role, QuantMix mix, GgmlType source) {
+    if (role == TensorRole::Tid2Eid) return source;
+    if (mix == QuantMix::F32) return GgmlType::F32;
+    switch (role) {
+        case TensorRole::RoutedGateUp:
+            return mix == QuantMix::Q2   ? GgmlType::IQ2_XXS
+                   : mix == QuantMix::Q4 ? GgmlType::Q4_K
+                                         : GgmlType::Q8_0;
+        case TensorRole::RoutedDown:
+            return mix == QuantMix::Q2   ? GgmlType::Q2_K
+                   : mix == QuantMix::Q4 ? GgmlType::Q4_K
+                                         : GgmlType::Q8_0;
+        default:
+            return role_published_type(role);
+    }
+}
+
+}  // namespace
+
+void requantize_model(const std::string &in_path, const std::string &out_path, QuantMix mix,
+                      bool progress) {
+    auto in = gguf::File::open(in_path);
+    const HParams hp = HParams::from_gguf(*in);
+    ModelWeights w = ModelWeights::bind(*in, hp);
+    gguf::Writer out;
+    for (const auto &[key, value] : in->metadata())
+        if (key != "general.alignment") out.set(key, value);
+    for_each_tensor(hp, &w, [&](const TensorSpec &spec, const gguf::TensorInfo **slot) {
+        const gguf::TensorInfo *t = *slot;
+        if (!t) return;  // an optional tensor the file does not have
+        const GgmlType type = target_type(spec.role, mix, t->type);
+        if (type != t->type && !quant::kernels(type).quantize_row)
+            throw Error(fmt::format(
+                "{}: no {} quantizer in this build (needed for tensor '{}' of the {} mix)",
+                out_path, ggml_type_name(type), t->name, quant_mix_name(mix)));
+        const uint64_t row = t->ne[0];
+        if (row % ggml_type_info(type).block_elems != 0)
+            throw Error(
+                fmt::format("tensor '{}': rows of {} values cannot be stored as {} (blocks of {})",
+                            t->name, row, ggml_type_name(type), ggml_type_info(type).block_elems));
+        out.add_tensor_lazy(
+            t->name, type, t->ne, [t, type, row, progress](uint8_t *dst, size_t n_bytes) {
+                const uint64_t n_rows = t->n_elements / row;
+                if (type == t->type) {
+                    std::copy(t->data, t->data + n_bytes, dst);
+                    return;
+                }
+                const size_t src_row = t->row_bytes(), dst_row = ggml_row_bytes(type, row);
+                std::vector<float> buf(row);
+                for (uint64_t r = 0; r < n_rows; ++r) {
+                    quant::dequantize_row(t->type, t->data + r * src_row, buf.data(),
+                                          static_cast<int64_t>(row));
+                    quant::quantize_row(type, buf.data(), dst + r * dst_row,
+                                        static_cast<int64_t>(row));
+                }
+                if (progress && n_bytes >= (16u << 20))
+                    fmt::print(stderr, "quantize: {} -> {}\n", t->name, ggml_type_name(type));
+            });
+    });
+    out.write(out_path);
+}
+
+}  // namespace ds4::model

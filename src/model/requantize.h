@@ -1,0 +1,17 @@
+#pragma once
+// Rewrites a deepseek4 GGUF with the tensor types of a quant mix: the published types for every
+// role (F16 HC/router/compressor/indexer/embedding, Q8_0 projections, shared experts and head,
+// F32 norms) and the mix's routed-expert types. Values go through f32: dequantize the source
+// row, quantize it to the target type. All other metadata is copied unchanged.
+#include <string>
+
+#include "model/synthetic_model.h"
+
+namespace ds4::model {
+
+// Throws ds4::Error for a mix whose types have no quantizer here (q2 needs IQ2_XXS, which has
+// none yet) or for shapes a type cannot hold (rows not a multiple of the block size).
+void requantize_model(const std::string &in_path, const std::string &out_path, QuantMix mix,
+                      bool progress);
+
+}  // namespace ds4::model
