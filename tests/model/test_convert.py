@@ -163,7 +163,7 @@ def expected_metadata(cfg: dict) -> dict:
 
 
 # GGUF value types MODEL.md 1.2 requires where ds4 is picky
-KEY_TYPES = {"deepseek4.context_length": "UINT64", "deepseek4.expert_weights_norm": "BOOL",
+KEY_TYPES = {"deepseek4.context_length": "UINT32", "deepseek4.expert_weights_norm": "BOOL",
              "deepseek4.block_count": "UINT32", "deepseek4.attention.compress_ratios": "UINT32",
              "deepseek4.swiglu_clamp_exp": "FLOAT32"}
 

@@ -687,7 +687,9 @@ def vocab_from_tokenizer_json(tj: dict, n_vocab: int) -> tuple[list[str], list[i
 def write_metadata(w, hp: HParams, name: str) -> None:
     k = ARCH + "."
     w.add_name(name)
-    w.add_uint64(k + "context_length", hp.context)
+    # u32 as in the published files (gguf-py's add_context_length); llama.cpp's loader rejects any
+    # other type, while ds4 only prints this key (MODEL.md 1.2 notes it reads a u64 there).
+    w.add_uint32(k + "context_length", hp.context)
     for key, v in (("block_count", hp.n_layers), ("embedding_length", hp.hidden), ("vocab_size", hp.vocab),
                    ("attention.head_count", hp.n_heads), ("attention.head_count_kv", 1),
                    ("attention.key_length", hp.head_dim), ("attention.value_length", hp.head_dim),
@@ -714,6 +716,12 @@ def write_metadata(w, hp: HParams, name: str) -> None:
                    ("attention.layer_norm_rms_epsilon", hp.rms_eps), ("hyper_connection.epsilon", hp.hc_eps)):
         w.add_float32(k + key, float(v))
     w.add_bool(k + "expert_weights_norm", True)
+    # Keys ds4 never reads but llama.cpp's deepseek4 loader needs, with the values the published files
+    # carry (docs/LLAMACPP.md): the router score function, sqrt(softplus) =
+    # LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS (4; the only value llama.cpp accepts for deepseek4),
+    # and the compressed layers' rope scaling, YaRN (without the key llama.cpp assumes "linear").
+    w.add_uint32(k + "expert_gating_func", 4)
+    w.add_string(k + "rope.scaling.type", "yarn")
 
 
 def write_tokenizer(w, hf_dir: Path, hp: HParams, warn) -> None:

@@ -1,0 +1,92 @@
+#include "frontier_bench.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "common/error.h"
+#include "kv_payload.h"
+#include "stats.h"
+#include "token_hash.h"
+
+namespace ds4::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// The first maximal logit other than `excluded`: greedy decoding that never ends the probe early.
+int32_t greedy_except(const std::vector<float> &logits, int32_t excluded) {
+    int32_t best = -1;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (int32_t(i) == excluded) continue;
+        if (best < 0 || logits[i] > logits[best]) best = int32_t(i);
+    }
+    return best;
+}
+
+size_t max_rss_bytes() {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return size_t(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace
+
+std::vector<FrontierSample> run_frontier_pass(
+    runtime::Model &model, const PassParams &params, std::span<const int32_t> prompt,
+    const std::vector<uint32_t> &frontiers,
+    const std::function<void(const FrontierSample &)> &on_row) {
+    if (frontiers.empty() || prompt.size() < frontiers.back())
+        throw Error("the prompt is shorter than the last frontier");
+    runtime::Session s(model, params.session);
+    std::vector<FrontierSample> out;
+    uint32_t prev = 0;
+    for (uint32_t frontier : frontiers) {
+        FrontierSample r;
+        r.ctx_tokens = frontier;
+        r.prefill_tokens = frontier - prev;
+        r.gen_tokens = params.gen_tokens;
+        const auto t0 = Clock::now();
+        s.eval(prompt.subspan(prev, frontier - prev));
+        const auto t1 = Clock::now();
+        r.prefill_s = ms_between(t0, t1) / 1000;
+        prev = frontier;
+
+        const runtime::Session::Snapshot snap = s.save();
+        r.kvcache_bytes = snapshot_payload_bytes(snap);
+        std::vector<int32_t> generated;
+        std::vector<double> step_ms;
+        for (uint32_t k = 0; k < params.gen_tokens; ++k) {
+            const auto a = Clock::now();
+            const int32_t id = greedy_except(s.logits(), params.eos);
+            const auto b = Clock::now();
+            s.eval(std::span(&id, 1));
+            const auto c = Clock::now();
+            if (k == 0) {
+                r.ttft_ms = ms_between(t0, t1) + ms_between(a, b);
+                r.first_decode_ms = ms_between(a, c);
+            }
+            step_ms.push_back(ms_between(a, c));
+            generated.push_back(id);
+        }
+        double total_ms = 0;
+        for (double m : step_ms) total_ms += m;
+        r.gen_s = total_ms / 1000;
+        r.p50_ms = percentile(step_ms, 50);
+        r.p95_ms = percentile(step_ms, 95);
+        r.tokens_sha256 = tools::tokens_sha256(generated);
+        s.restore(snap);
+        r.max_rss_bytes = max_rss_bytes();
+        if (on_row) on_row(r);
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+}  // namespace ds4::bench

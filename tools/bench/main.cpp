@@ -1,0 +1,201 @@
+// ds4-bench: throughput at context frontiers, the reference's method (SURFACES 5.1), with latency
+// percentiles, peak memory, a hash of the generated tokens, medians over --runs, and a release
+// gate against a baseline CSV (--baseline FILE --max-regress PCT: exit 1 on a regression or on
+// different tokens). The method lives in frontier_bench.h; this file is flags, prompt and output.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "common/error.h"
+#include "csv_file.h"
+#include "frontier_bench.h"
+#include "frontiers.h"
+#include "regression_gate.h"
+#include "runtime/session.h"
+#include "tokenizer/chat_prompt.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/vocabulary.h"
+
+namespace {
+
+struct Options {
+    std::string model = "ds4flash.gguf", prompt_file, chat_prompt_file, csv, baseline;
+    // The reference bench's default system text has a final period, unlike the CLI's.
+    std::string system = "You are a helpful assistant.";
+    int threads = 0;
+    uint32_t ctx_start = 2048, ctx_max = 32768, ctx_alloc = 0, step_incr = 2048, gen_tokens = 128;
+    uint32_t chunk = 256, runs = 1;
+    double step_mul = 1, max_regress = 5;
+    bool warm_weights = false;
+};
+
+// The reference spells the system flag "-sys", which CLI11 cannot declare; renamed before parsing.
+std::vector<std::string> normalized_args(int argc, char **argv) {
+    std::vector<std::string> args;
+    for (int i = argc - 1; i >= 1; --i) {  // CLI11 takes the arguments in reverse order
+        std::string a = argv[i];
+        args.push_back(a == "-sys" ? "--system" : a);
+    }
+    return args;
+}
+
+std::string read_text(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ds4::Error(fmt::format("cannot read {}", path));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Reads one byte of every page of the mapped model, so page faults of the first touch are not
+// charged to the first frontier.
+void warm_weights(const ds4::gguf::File &f) {
+    volatile unsigned char sink = 0;
+    for (uint64_t off = 0; off < f.file_size(); off += 4096) sink = sink + f.base()[off];
+    (void)sink;
+}
+
+int run(const Options &opt) {
+    if (!std::filesystem::exists(opt.model))
+        throw ds4::Error(
+            fmt::format("model {} not found (-m FILE; a synthetic one: ds4-mkmodel "
+                        "--shape tiny --out tiny.gguf)",
+                        opt.model));
+    const auto frontiers =
+        ds4::bench::bench_frontiers(opt.ctx_start, opt.ctx_max, opt.step_incr, opt.step_mul);
+    const uint64_t needed = uint64_t(opt.ctx_max) + opt.gen_tokens;
+    const uint32_t ctx_alloc = opt.ctx_alloc ? opt.ctx_alloc : uint32_t(needed + 1);
+    if (ctx_alloc <= needed)
+        throw ds4::Error(fmt::format("--ctx-alloc {} must exceed --ctx-max + --gen-tokens = {}",
+                                     ctx_alloc, needed));
+    ds4::bench::CsvTable baseline;
+    if (!opt.baseline.empty()) baseline = ds4::bench::read_csv_file(opt.baseline);
+
+    auto model = ds4::runtime::Model::load(opt.model, {.n_threads = opt.threads});
+    const ds4::tokenizer::Tokenizer tok(ds4::tokenizer::load_vocabulary(model->file()));
+    const bool chat = !opt.chat_prompt_file.empty();
+    const std::string text = read_text(chat ? opt.chat_prompt_file : opt.prompt_file);
+    // --prompt-file is raw text, plain BPE; --chat-prompt-file one non-thinking user turn.
+    const std::vector<int32_t> prompt =
+        chat ? ds4::tokenizer::encode_cli_prompt(tok, text, opt.system,
+                                                 ds4::tokenizer::ThinkMode::kNone)
+             : tok.encode(text);
+    if (prompt.size() < opt.ctx_max)
+        throw ds4::Error(
+            fmt::format("the prompt has {} tokens; --ctx-max {} needs at least that "
+                        "many (use a longer text or a lower --ctx-max)",
+                        prompt.size(), opt.ctx_max));
+    std::string fl;
+    for (uint32_t f : frontiers) fl += fmt::format("{}{}", fl.empty() ? "" : ",", f);
+    fmt::print(stderr,
+               "ds4-bench: {} | {} prompt tokens | frontiers {} | {} gen tokens | ctx-alloc {} | "
+               "chunk {} | {} run(s) | backend cpu\n",
+               opt.model, prompt.size(), fl, opt.gen_tokens, ctx_alloc, opt.chunk, opt.runs);
+    if (opt.warm_weights) warm_weights(model->file());
+
+    ds4::bench::PassParams params{.session = {.ctx = ctx_alloc, .chunk = opt.chunk},
+                                  .gen_tokens = opt.gen_tokens,
+                                  .eos = tok.specials().eos};
+    std::vector<std::vector<ds4::bench::FrontierSample>> runs;
+    for (uint32_t r = 0; r < opt.runs; ++r)
+        runs.push_back(ds4::bench::run_frontier_pass(
+            *model, params, prompt, frontiers, [&](const ds4::bench::FrontierSample &s) {
+                fmt::print(stderr,
+                           "ds4-bench: run {}/{} ctx {}: prefill {} tokens {:.2f} t/s, gen {} "
+                           "tokens {:.2f} t/s (p50 {:.3f} ms, p95 {:.3f} ms)\n",
+                           r + 1, opt.runs, s.ctx_tokens, s.prefill_tokens, s.prefill_tps(),
+                           s.gen_tokens, s.gen_tps(), s.p50_ms, s.p95_ms);
+            }));
+    const auto table = ds4::bench::median_rows(runs);
+    const std::string csv = ds4::bench::format_csv(table);
+    if (opt.csv.empty()) {
+        std::fwrite(csv.data(), 1, csv.size(), stdout);
+        std::fflush(stdout);
+    } else {
+        ds4::bench::write_text_file(opt.csv, csv);
+    }
+
+    if (opt.baseline.empty()) return 0;
+    const auto gate = ds4::bench::check_regression(table, baseline, opt.max_regress);
+    for (const auto &line : gate.lines) fmt::print(stderr, "ds4-bench: gate: {}\n", line);
+    fmt::print(stderr,
+               "ds4-bench: gate {} against {} (max regression {}%, {} comparisons, {} failed)\n",
+               gate.passed() ? "passed" : "FAILED", opt.baseline, opt.max_regress, gate.comparisons,
+               gate.failures);
+    return gate.passed() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    Options opt;
+    bool use_cpu = false, use_cuda = false, use_metal = false;
+    std::string backend = "cpu";
+    CLI::App app{"ds4-bench: prefill and generation speed at context frontiers (CSV)", "ds4-bench"};
+    auto *pf = app.add_option("--prompt-file", opt.prompt_file, "Raw text, plain BPE");
+    auto *cpf = app.add_option("--chat-prompt-file", opt.chat_prompt_file,
+                               "Text rendered as one non-thinking chat user message");
+    app.add_option("--system", opt.system, "System text of --chat-prompt-file (also -sys)")
+        ->capture_default_str();
+    app.add_option("-m,--model", opt.model, "GGUF model")->capture_default_str();
+    app.add_flag("--cpu", use_cpu, "CPU backend (the only one in this build)");
+    app.add_flag("--cuda", use_cuda, "CUDA backend (not built)");
+    app.add_flag("--metal", use_metal, "Metal backend (not built)");
+    app.add_option("--backend", backend, "Backend by name")->capture_default_str();
+    app.add_option("-t,--threads", opt.threads, "CPU threads (default: DS4_THREADS or all cores)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_flag("--warm-weights", opt.warm_weights, "Touch every page of the model first");
+    app.add_option("--ctx-start", opt.ctx_start, "First frontier")->capture_default_str();
+    app.add_option("--ctx-max", opt.ctx_max, "Last frontier")->capture_default_str();
+    app.add_option("--ctx-alloc", opt.ctx_alloc,
+                   "Context allocated (default: ctx-max + gen-tokens + 1)");
+    app.add_option("--step-incr", opt.step_incr, "Frontier step when --step-mul is 1")
+        ->capture_default_str();
+    app.add_option("--step-mul", opt.step_mul, "Frontier multiplier (>= 1)")->capture_default_str();
+    app.add_option("-n,--gen-tokens,--tokens", opt.gen_tokens, "Greedy tokens at each frontier")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    app.add_option("--chunk", opt.chunk, "Prefill batch size")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    app.add_option("--runs", opt.runs, "Runs in this process; rows report the medians")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    app.add_option("--csv", opt.csv, "Write the CSV here (default: stdout)");
+    app.add_option("--baseline", opt.baseline,
+                   "Baseline CSV: exit 1 when a median is more than --max-regress percent slower "
+                   "or the generated tokens differ");
+    app.add_option("--max-regress", opt.max_regress, "Allowed slowdown against --baseline, percent")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    try {
+        app.parse(normalized_args(argc, argv));
+    } catch (const CLI::ParseError &e) {
+        const int rc = app.exit(e);
+        return e.get_exit_code() == 0 ? rc : 2;
+    }
+    if (pf->count() + cpf->count() != 1) {
+        fmt::print(stderr, "ds4-bench: give exactly one of --prompt-file and --chat-prompt-file\n");
+        return 2;
+    }
+    if (use_cuda || use_metal || backend != "cpu") {
+        fmt::print(stderr, "ds4-bench: the {} backend is not part of this build; use --cpu\n",
+                   use_cuda    ? "cuda"
+                   : use_metal ? "metal"
+                               : backend);
+        return 2;
+    }
+    (void)use_cpu;
+    if (opt.threads == 0)
+        if (const char *env = std::getenv("DS4_THREADS")) opt.threads = std::max(0, std::atoi(env));
+    try {
+        return run(opt);
+    } catch (const ds4::Error &e) {
+        fmt::print(stderr, "ds4-bench: {}\n", e.what());
+        return 2;
+    }
+}

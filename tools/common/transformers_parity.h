@@ -1,0 +1,35 @@
+#pragma once
+// The engine against transformers' DeepseekV4ForCausalLM (f32) on the tiny models of
+// tests/model/tiny_models.py. The expected logits are the committed fixtures
+// (tests/model/fixtures/<model>/index.json and its *.f32 files, written by
+// make_tiny_models.py --oracle); the model is the converter's f32 GGUF of the same checkpoint.
+// QAT simulation is off: transformers has none (docs/TRANSFORMERS_NOTES.md D1-D2).
+//
+// What is checked, for every prompt of the fixture:
+//   - logits at every position (or, for the real vocabulary, at the positions with full rows),
+//     token by token: max |ours - theirs| / max |theirs| <= kTransformersParityBound;
+//   - the greedy continuation equal token for token;
+//   - chunked prefill of the prompt ends on the same logits as token-by-token evaluation, bit for
+//     bit.
+#include <string>
+#include <vector>
+
+namespace ds4::tools {
+
+inline constexpr double kTransformersParityBound = 1e-4;
+
+struct ParityResult {
+    double max_abs_diff = 0, max_abs_ref = 0;
+    size_t rows_compared = 0, greedy_steps = 0;
+    std::vector<std::string> problems;  // empty when everything but the bound held
+
+    double ratio() const { return max_abs_ref > 0 ? max_abs_diff / max_abs_ref : 0; }
+    bool ok() const { return problems.empty() && ratio() <= kTransformersParityBound; }
+};
+
+// fixture_dir: tests/model/fixtures/<model>; gguf: that model's f32 GGUF. Throws ds4::Error when a
+// file is missing or malformed.
+ParityResult check_transformers_fixture(const std::string &fixture_dir, const std::string &gguf,
+                                        int n_threads);
+
+}  // namespace ds4::tools

@@ -1,0 +1,30 @@
+#include "modes.h"
+
+namespace ds4::test {
+
+const std::vector<Mode> &all_modes() {
+    static const std::vector<Mode> modes = {
+        {"logprob-vectors",
+         "official vectors: prompt token counts on the vocabulary (always); greedy tokens and "
+         "logprobs against -m / DS4_TEST_MODEL (skipped without a model)",
+         run_logprob_vectors},
+        {"prefill-decode",
+         "batched prefill then decode equals token-by-token decode, bit for bit, around the "
+         "model's window, compression ratios, indexer start and chunk sizes",
+         run_prefill_decode},
+        {"kv-roundtrip",
+         "a snapshot restored (in the same or a fresh session) gives identical next logits",
+         run_kv_roundtrip},
+        {"transformers-parity",
+         "the committed transformers fixtures (tests/model/fixtures) on their tiny models",
+         run_transformers_parity},
+        {"ssd-streaming-cache-pressure",
+         "expert streaming at the smallest cache budgets vs resident (not built yet: skipped)",
+         run_ssd_streaming_cache_pressure},
+        {"backend-parity", "CPU vs CUDA logits (not built yet: skipped)", run_backend_parity},
+        {"server", "in-process server API checks (not built yet: skipped)", run_server},
+    };
+    return modes;
+}
+
+}  // namespace ds4::test

@@ -1,0 +1,42 @@
+#include "test_env.h"
+
+#include <fmt/format.h>
+
+#include "gguf/gguf_file.h"
+#include "model/synthetic_model.h"
+
+namespace ds4::test {
+
+const tokenizer::Tokenizer &TestEnv::vocab() {
+    if (!vocab_) vocab_.emplace(tokenizer::Tokenizer::from_gguf(opts_.vocab));
+    return *vocab_;
+}
+
+runtime::Model &TestEnv::consistency_model() {
+    if (model_) return *model_;
+    std::string path = opts_.consistency_model;
+    if (path.empty()) {
+        // Seed and mix are fixed: the checks compare the engine with itself, so any valid
+        // weights do, and the same ones every run make a failure reproducible.
+        tmp_ = std::make_unique<tools::TempDir>("ds4-test-");
+        path = tmp_->path() + "/tiny-q8_0.gguf";
+        const auto vocab = gguf::File::open(opts_.vocab);
+        const auto n_tokens =
+            static_cast<uint32_t>(vocab->get_array("tokenizer.ggml.tokens").items.size());
+        model::write_synthetic_model(model::shape_preset("tiny", n_tokens), model::QuantMix::Q8_0,
+                                     1, *vocab, path, false);
+        description_ = "tiny synthetic model (q8_0, real vocabulary), written for this run";
+    } else {
+        description_ = path;
+    }
+    model_ = runtime::Model::load(path, {.n_threads = opts_.threads});
+    const auto &hp = model_->hparams();
+    std::string ratios;
+    for (uint32_t r : hp.compress_ratio)
+        ratios += fmt::format("{}{}", ratios.empty() ? "" : ",", r);
+    description_ += fmt::format(": {} layers, window {}, compress ratios [{}], indexer top-k {}",
+                                hp.n_layer, hp.sliding_window, ratios, hp.idx_top_k);
+    return *model_;
+}
+
+}  // namespace ds4::test

@@ -1,0 +1,49 @@
+#pragma once
+// What the modes of ds4-test share: the options, the vocabulary, and the model the
+// self-consistency modes run on. By default that model is a tiny synthetic one (the "tiny" shape
+// of synthetic_model.h with the real vocabulary, q8_0) written to a temporary folder on first
+// use, so every mode that needs no GPU and no downloaded weights runs anywhere, CI included.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/session.h"
+#include "temp_dir.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ds4::test {
+
+struct TestOptions {
+    std::string model;                  // --logprob-vectors weights ("" = none: those checks skip)
+    std::string vocab;                  // tokenizer for the weights-free checks
+    std::string vector_file;            // official.vec
+    std::vector<std::string> cases;     // only these vector cases ("" = all)
+    bool known_mismatch_cases = false;  // also run the cases the reference skips
+    std::string consistency_model;      // --prefill-decode / --kv-roundtrip ("" = tiny synthetic)
+    std::string fixtures_dir;           // tests/model/fixtures
+    std::string fixtures_gguf_dir;  // make_tiny_models.py --gguf-dir output ("" = committed only)
+    int threads = 0;                // 0 = all cores
+};
+
+class TestEnv {
+  public:
+    explicit TestEnv(TestOptions opts) : opts_(std::move(opts)) {}
+
+    const TestOptions &opts() const { return opts_; }
+    // The tokenizer of opts().vocab, loaded once; throws ds4::Error when it cannot be read.
+    const tokenizer::Tokenizer &vocab();
+    // The model of the self-consistency modes, loaded (and for the default, written) once.
+    runtime::Model &consistency_model();
+    // One line saying which model that is.
+    const std::string &consistency_model_description() const { return description_; }
+
+  private:
+    TestOptions opts_;
+    std::optional<tokenizer::Tokenizer> vocab_;
+    std::unique_ptr<tools::TempDir> tmp_;
+    std::unique_ptr<runtime::Model> model_;
+    std::string description_;
+};
+
+}  // namespace ds4::test
