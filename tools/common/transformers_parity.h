@@ -18,18 +18,27 @@ namespace ds4::tools {
 
 inline constexpr double kTransformersParityBound = 1e-4;
 
+// qat_sim on, or a quantized GGUF of the same checkpoint, measure the deviation instead:
+// greedy mismatches are then counted in top1_same, not reported as problems.
+struct ParityOptions {
+    bool qat_sim = false;
+    bool exact = true;  // greedy continuation must match (the f32, no-QAT comparison)
+};
+
 struct ParityResult {
     double max_abs_diff = 0, max_abs_ref = 0;
     size_t rows_compared = 0, greedy_steps = 0;
+    size_t top1_same = 0;               // compared rows whose argmax equals the reference argmax
     std::vector<std::string> problems;  // empty when everything but the bound held
 
     double ratio() const { return max_abs_ref > 0 ? max_abs_diff / max_abs_ref : 0; }
+    double top1_rate() const { return rows_compared ? double(top1_same) / rows_compared : 1.0; }
     bool ok() const { return problems.empty() && ratio() <= kTransformersParityBound; }
 };
 
 // fixture_dir: tests/model/fixtures/<model>; gguf: that model's f32 GGUF. Throws ds4::Error when a
 // file is missing or malformed.
 ParityResult check_transformers_fixture(const std::string &fixture_dir, const std::string &gguf,
-                                        int n_threads);
+                                        int n_threads, const ParityOptions &opts = {});
 
 }  // namespace ds4::tools
