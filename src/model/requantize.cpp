@@ -14,27 +14,6 @@
 
 namespace ds4::model {
 
-namespace {
-
-GgmlType target_type(TensorRole role, QuantMix mix, GgmlType source) {
-    if (role == TensorRole::Tid2Eid) return source;
-    if (mix == QuantMix::F32) return GgmlType::F32;
-    switch (role) {
-        case TensorRole::RoutedGateUp:
-            return mix == QuantMix::Q2   ? GgmlType::IQ2_XXS
-                   : mix == QuantMix::Q4 ? GgmlType::Q4_K
-                                         : GgmlType::Q8_0;
-        case TensorRole::RoutedDown:
-            return mix == QuantMix::Q2   ? GgmlType::Q2_K
-                   : mix == QuantMix::Q4 ? GgmlType::Q4_K
-                                         : GgmlType::Q8_0;
-        default:
-            return role_published_type(role);
-    }
-}
-
-}  // namespace
-
 void requantize_model(const std::string &in_path, const std::string &out_path, QuantMix mix,
                       bool progress) {
     auto in = gguf::File::open(in_path);
@@ -46,7 +25,7 @@ void requantize_model(const std::string &in_path, const std::string &out_path, Q
     for_each_tensor(hp, &w, [&](const TensorSpec &spec, const gguf::TensorInfo **slot) {
         const gguf::TensorInfo *t = *slot;
         if (!t) return;  // an optional tensor the file does not have
-        const GgmlType type = target_type(spec.role, mix, t->type);
+        const GgmlType type = mix_tensor_type(spec.role, mix);
         if (type != t->type && !quant::kernels(type).quantize_row)
             throw Error(fmt::format(
                 "{}: no {} quantizer in this build (needed for tensor '{}' of the {} mix)",

@@ -18,28 +18,6 @@
 
 namespace ds4::model {
 
-QuantMix parse_quant_mix(const std::string &name) {
-    if (name == "f32") return QuantMix::F32;
-    if (name == "q8_0") return QuantMix::Q8_0;
-    if (name == "q2") return QuantMix::Q2;
-    if (name == "q4") return QuantMix::Q4;
-    throw Error(fmt::format("unknown quant mix '{}': expected f32, q8_0, q2 or q4", name));
-}
-
-const char *quant_mix_name(QuantMix mix) {
-    switch (mix) {
-        case QuantMix::F32:
-            return "f32";
-        case QuantMix::Q8_0:
-            return "q8_0";
-        case QuantMix::Q2:
-            return "q2";
-        case QuantMix::Q4:
-            return "q4";
-    }
-    return "?";
-}
-
 namespace {
 
 // The published Flash values (MODEL.md 1.2, 3).
@@ -248,23 +226,6 @@ void set_metadata(gguf::Writer &w, const HParams &h, const std::string &name) {
     w.set("deepseek4.rope.scaling.type", Value::string("yarn"));
 }
 
-GgmlType type_for(TensorRole role, QuantMix mix) {
-    const GgmlType published = role_published_type(role);
-    if (mix == QuantMix::F32) return published == GgmlType::I32 ? GgmlType::I32 : GgmlType::F32;
-    switch (role) {
-        case TensorRole::RoutedGateUp:
-            return mix == QuantMix::Q2   ? GgmlType::IQ2_XXS
-                   : mix == QuantMix::Q4 ? GgmlType::Q4_K
-                                         : GgmlType::Q8_0;
-        case TensorRole::RoutedDown:
-            return mix == QuantMix::Q2   ? GgmlType::Q2_K
-                   : mix == QuantMix::Q4 ? GgmlType::Q4_K
-                                         : GgmlType::Q8_0;
-        default:
-            return published;
-    }
-}
-
 // Uniform values of about this magnitude keep each output O(1): for a matrix, sqrt(3/K) gives
 // outputs of variance ~1 for unit inputs.
 float magnitude_for(const TensorSpec &s) {
@@ -347,7 +308,7 @@ void write_synthetic_model(const HParams &hp, QuantMix mix, uint64_t seed, const
         // Hash layers of the official model have no selection bias; the others do.
         if (s.role == TensorRole::RouterBias && hp.is_hash_layer(static_cast<uint32_t>(s.layer)))
             return;
-        const GgmlType type = type_for(s.role, mix);
+        const GgmlType type = mix_tensor_type(s.role, mix);
         const uint64_t bytes = gguf::tensor_n_bytes(type, s.ne);
         total += bytes;
         ++n_tensors;

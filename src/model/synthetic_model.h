@@ -7,22 +7,13 @@
 #include <string>
 
 #include "model/hparams.h"
+#include "model/quant_mix.h"
 
 namespace ds4::gguf {
 class File;
 }
 
 namespace ds4::model {
-
-enum class QuantMix {
-    F32,   // every tensor F32 (tid2eid I32)
-    Q8_0,  // published types, routed experts Q8_0
-    Q2,    // published q2: routed gate/up IQ2_XXS, down Q2_K
-    Q4,    // published q4: routed Q4_K
-};
-
-QuantMix parse_quant_mix(const std::string &name);  // "f32" | "q8_0" | "q2" | "q4"
-const char *quant_mix_name(QuantMix mix);
 
 // "tiny" (seconds on a laptop core, crosses every boundary in a few dozen tokens), "small" (Flash
 // widths, 6 layers, 32 experts: a few GB), "flash" (the published dimensions).
