@@ -6,16 +6,16 @@
 
 namespace ds4::quant {
 
-#define DS4_SIMD_KERNEL_DECLS                                                        \
-    void quantize_row_q8_0(const float *src, void *dst, int64_t n);                  \
-    void quantize_row_q8_K(const float *src, void *dst, int64_t n);                  \
-    float vec_dot_f32_f32(int64_t n, const void *w, const void *x);                  \
-    float vec_dot_f16_f32(int64_t n, const void *w, const void *x);                  \
-    float vec_dot_bf16_f32(int64_t n, const void *w, const void *x);                 \
-    float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x);                \
-    float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x);               \
-    float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x);                \
-    float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x);                \
+#define DS4_SIMD_KERNEL_DECLS                                          \
+    void quantize_row_q8_0(const float *src, void *dst, int64_t n);    \
+    void quantize_row_q8_K(const float *src, void *dst, int64_t n);    \
+    float vec_dot_f32_f32(int64_t n, const void *w, const void *x);    \
+    float vec_dot_f16_f32(int64_t n, const void *w, const void *x);    \
+    float vec_dot_bf16_f32(int64_t n, const void *w, const void *x);   \
+    float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x);  \
+    float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x); \
+    float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x);  \
+    float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x);  \
     float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x);
 
 namespace avx2 {

@@ -16,7 +16,9 @@ using namespace ds4;
 
 namespace {
 
-const char *real_model() { return std::getenv("DS4_TEST_MODEL"); }
+const char *real_model() {
+    return std::getenv("DS4_TEST_MODEL");
+}
 
 TEST(RealModel, LoadsStrictlyWithThePublishedByteCounts) {
     if (!real_model()) GTEST_SKIP() << "DS4_TEST_MODEL is not set: no published GGUF to check";
