@@ -223,8 +223,8 @@ int main(int argc, char **argv) {
     app.add_option("-t,--threads", opt.threads, "CPU threads (default: DS4_THREADS or all cores)")
         ->check(CLI::PositiveNumber);
     app.add_flag("--cpu", use_cpu, "CPU backend (the default)");
-    app.add_flag("--cuda", use_cuda, "CUDA backend");
-    app.add_option("--backend", backend, "Backend by name: cpu | cuda")
+    app.add_flag("--cuda", use_cuda, "CUDA backend (not part of this build yet: exits 2)");
+    app.add_option("--backend", backend, "Backend by name: cpu | cuda (cuda: not built yet)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
     app.add_option("--chunk", opt.chunk, "Prefill batch size in tokens")
         ->check(CLI::PositiveNumber)
