@@ -7,30 +7,20 @@
 #include "quant/blocks.h"
 #include "quant/kernels_ref.h"
 #include "quant/quant.h"
+#include "quant/split_mix.h"
 
 namespace ds4::quant {
 namespace {
 
-// SplitMix64: tiny, and the same stream on every platform and standard library.
-class Rng {
+// The shared generator plus the draws the block formats need.
+class Rng : public SplitMix64 {
   public:
-    explicit Rng(uint64_t seed) : state_(seed) {}
-    uint64_t next() {
-        uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-    }
-    float uniform() { return static_cast<float>(next() >> 40) * 0x1p-24f; }  // [0, 1)
-    float uniform(float lo, float hi) { return lo + (hi - lo) * uniform(); }
+    using SplitMix64::SplitMix64;
     uint8_t byte() { return static_cast<uint8_t>(next() >> 56); }
     int8_t q8() { return static_cast<int8_t>(static_cast<int>(next() % 255) - 127); }  // -127..127
     void bytes(uint8_t *dst, int n) {
         for (int i = 0; i < n; ++i) dst[i] = byte();
     }
-
-  private:
-    uint64_t state_;
 };
 
 // A positive scale between half and all of `top`, as f16.

@@ -22,6 +22,7 @@
 #include "quant/kernels_simd.h"
 #include "quant/quant.h"
 #include "quant/random_blocks.h"
+#include "quant/split_mix.h"
 
 namespace ds4::quant {
 namespace {
@@ -105,23 +106,7 @@ constexpr uint8_t kGuardByte = 0xA5;
 // Inputs
 
 // SplitMix64, so the inputs are the same on every platform and standard library.
-class Rng {
-  public:
-    explicit Rng(uint64_t seed) : state_(seed) {}
-    uint64_t next() {
-        uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-    }
-    float uniform(float lo, float hi) {
-        return lo + (hi - lo) * (static_cast<float>(next() >> 40) * 0x1p-24f);
-    }
-    int below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
-
-  private:
-    uint64_t state_;
-};
+using Rng = ds4::quant::SplitMix64;
 
 // f32 values for the quantizers: per 32 values, a random magnitude between 1e-6 and 1e6.
 std::vector<float> random_activations(int64_t n, uint64_t seed) {
