@@ -19,62 +19,78 @@ KernelTable scalar_table() {
     using namespace ref;
     using T = GgmlType;
     return {{
-        {T::F32, T::F32, dequantize_row_f32, quantize_row_f32, vec_dot_f32_f32},
-        {T::F16, T::F32, dequantize_row_f16, quantize_row_f16, vec_dot_f16_f32},
-        {T::BF16, T::F32, dequantize_row_bf16, quantize_row_bf16, vec_dot_bf16_f32},
-        {T::Q8_0, T::Q8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0},
-        {T::MXFP4, T::Q8_0, dequantize_row_mxfp4, nullptr, vec_dot_mxfp4_q8_0},
-        {T::Q2_K, T::Q8_K, dequantize_row_q2_K, quantize_row_q2_K, vec_dot_q2_K_q8_K},
-        {T::Q4_K, T::Q8_K, dequantize_row_q4_K, quantize_row_q4_K, vec_dot_q4_K_q8_K},
-        {T::IQ2_XXS, T::Q8_K, dequantize_row_iq2_xxs, nullptr, vec_dot_iq2_xxs_q8_K},
-        {T::Q8_K, T::Q8_K, dequantize_row_q8_K, quantize_row_q8_K, nullptr},
+        // type, vec_dot_type, dequantize_row, quantize_row, quantize_activation_row, vec_dot
+        {T::F32, T::F32, dequantize_row_f32, quantize_row_f32, nullptr, vec_dot_f32_f32},
+        {T::F16, T::F32, dequantize_row_f16, quantize_row_f16, nullptr, vec_dot_f16_f32},
+        {T::BF16, T::F32, dequantize_row_bf16, quantize_row_bf16, nullptr, vec_dot_bf16_f32},
+        {T::Q8_0, T::Q8_0, dequantize_row_q8_0, quantize_row_q8_0, quantize_row_q8_0_activation,
+         vec_dot_q8_0_q8_0},
+        {T::MXFP4, T::Q8_0, dequantize_row_mxfp4, nullptr, nullptr, vec_dot_mxfp4_q8_0},
+        {T::Q2_K, T::Q8_K, dequantize_row_q2_K, quantize_row_q2_K, nullptr, vec_dot_q2_K_q8_K},
+        {T::Q4_K, T::Q8_K, dequantize_row_q4_K, quantize_row_q4_K, nullptr, vec_dot_q4_K_q8_K},
+        {T::IQ2_XXS, T::Q8_K, dequantize_row_iq2_xxs, quantize_row_iq2_xxs, nullptr,
+         vec_dot_iq2_xxs_q8_K},
+        {T::Q8_K, T::Q8_K, dequantize_row_q8_K, quantize_row_q8_K, quantize_row_q8_K, nullptr},
     }};
 }
 
 // Replaces the dot products and the activation quantizers (Q8_0, Q8_K) with one instruction
-// set's versions; dequantizers and weight quantizers stay scalar.
-#define DS4_SIMD_TABLE(ns)                                  \
-    KernelTable ns##_table() {                              \
-        KernelTable table = scalar_table();                 \
-        for (TypeKernels & k : table) {                     \
-            switch (k.type) {                               \
-                case GgmlType::F32:                         \
-                    k.vec_dot = ns::vec_dot_f32_f32;        \
-                    break;                                  \
-                case GgmlType::F16:                         \
-                    k.vec_dot = ns::vec_dot_f16_f32;        \
-                    break;                                  \
-                case GgmlType::BF16:                        \
-                    k.vec_dot = ns::vec_dot_bf16_f32;       \
-                    break;                                  \
-                case GgmlType::Q8_0:                        \
-                    k.vec_dot = ns::vec_dot_q8_0_q8_0;      \
-                    k.quantize_row = ns::quantize_row_q8_0; \
-                    break;                                  \
-                case GgmlType::MXFP4:                       \
-                    k.vec_dot = ns::vec_dot_mxfp4_q8_0;     \
-                    break;                                  \
-                case GgmlType::Q2_K:                        \
-                    k.vec_dot = ns::vec_dot_q2_K_q8_K;      \
-                    break;                                  \
-                case GgmlType::Q4_K:                        \
-                    k.vec_dot = ns::vec_dot_q4_K_q8_K;      \
-                    break;                                  \
-                case GgmlType::IQ2_XXS:                     \
-                    k.vec_dot = ns::vec_dot_iq2_xxs_q8_K;   \
-                    break;                                  \
-                case GgmlType::Q8_K:                        \
-                    k.quantize_row = ns::quantize_row_q8_K; \
-                    break;                                  \
-                default:                                    \
-                    break;                                  \
-            }                                               \
-        }                                                   \
-        return table;                                       \
+// set's versions; dequantizers and weight quantizers stay scalar. Multi-row dots exist at the
+// AVX-512 level only (set below).
+#define DS4_SIMD_TABLE(name, ns)                                                  \
+    KernelTable name##_table() {                                                  \
+        KernelTable table = scalar_table();                                       \
+        for (TypeKernels & k : table) {                                           \
+            switch (k.type) {                                                     \
+                case GgmlType::F32:                                               \
+                    k.vec_dot = ns::vec_dot_f32_f32;                              \
+                    break;                                                        \
+                case GgmlType::F16:                                               \
+                    k.vec_dot = ns::vec_dot_f16_f32;                              \
+                    break;                                                        \
+                case GgmlType::BF16:                                              \
+                    k.vec_dot = ns::vec_dot_bf16_f32;                             \
+                    break;                                                        \
+                case GgmlType::Q8_0:                                              \
+                    k.vec_dot = ns::vec_dot_q8_0_q8_0;                            \
+                    k.quantize_row = ns::quantize_row_q8_0;                       \
+                    k.quantize_activation_row = ns::quantize_row_q8_0_activation; \
+                    break;                                                        \
+                case GgmlType::MXFP4:                                             \
+                    k.vec_dot = ns::vec_dot_mxfp4_q8_0;                           \
+                    break;                                                        \
+                case GgmlType::Q2_K:                                              \
+                    k.vec_dot = ns::vec_dot_q2_K_q8_K;                            \
+                    break;                                                        \
+                case GgmlType::Q4_K:                                              \
+                    k.vec_dot = ns::vec_dot_q4_K_q8_K;                            \
+                    break;                                                        \
+                case GgmlType::IQ2_XXS:                                           \
+                    k.vec_dot = ns::vec_dot_iq2_xxs_q8_K;                         \
+                    break;                                                        \
+                case GgmlType::Q8_K:                                              \
+                    k.quantize_row = ns::quantize_row_q8_K;                       \
+                    k.quantize_activation_row = ns::quantize_row_q8_K;            \
+                    break;                                                        \
+                default:                                                          \
+                    break;                                                        \
+            }                                                                     \
+        }                                                                         \
+        return table;                                                             \
     }
-DS4_SIMD_TABLE(avx2)
-DS4_SIMD_TABLE(avx512)
+DS4_SIMD_TABLE(avx2, avx2)
+DS4_SIMD_TABLE(avx512_single, avx512)
 #undef DS4_SIMD_TABLE
+
+KernelTable avx512_table() {
+    KernelTable table = avx512_single_table();
+    for (TypeKernels &k : table) {
+        if (k.type == GgmlType::Q8_0) k.vec_dot_multi = avx512::vec_dot_multi_q8_0_q8_0;
+        if (k.type == GgmlType::Q2_K) k.vec_dot_multi = avx512::vec_dot_multi_q2_K_q8_K;
+        if (k.type == GgmlType::IQ2_XXS) k.vec_dot_multi = avx512::vec_dot_multi_iq2_xxs_q8_K;
+    }
+    return table;
+}
 
 const KernelTable &table_for(SimdLevel level) {
     static const KernelTable scalar = scalar_table();

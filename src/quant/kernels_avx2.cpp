@@ -162,6 +162,32 @@ void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
     }
 }
 
+// Q8_0 activation row, ds4's rule (kernels_ref.h): d = amax/127, q = cvtps2dq(x / d) (nearest,
+// ties to even; NaN and overflow give INT_MIN), saturated to int8; d = 0 -> q = 0.
+void quantize_row_q8_0_activation(const float *src, void *dst, int64_t n) {
+    auto *out = static_cast<BlockQ8_0 *>(dst);
+    for (int64_t b = 0; b < n / kQK8_0; ++b) {
+        const float *x = src + b * kQK8_0;
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();  // max(|x|, m) keeps m when x is NaN, as fmax
+        for (int k = 0; k < 4; ++k) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            m = _mm256_max_ps(abs_f32x8(v[k]), m);
+        }
+        const float d = hmax_f32x8(m) / 127.0f;
+        out[b].d = simd::f32_to_f16_rne(d);
+        if (d == 0.0f) {
+            std::memset(out[b].qs, 0, sizeof(out[b].qs));
+            continue;
+        }
+        const __m256 vd = _mm256_set1_ps(d);
+        __m256i q[4];
+        for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_div_ps(v[k], vd));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(out[b].qs),
+                            pack_i32_to_i8(q[0], q[1], q[2], q[3]));
+    }
+}
+
 // Q8_K activation row (MODEL.md 5.5): vmax = first element of largest |x|, iscale = -127/vmax,
 // q = clamp(lrint(iscale * x), -128, 127), d = 1/iscale, bsums = sums of 16 quants.
 void quantize_row_q8_K(const float *src, void *dst, int64_t n) {

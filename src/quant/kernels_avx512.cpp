@@ -22,6 +22,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -32,6 +33,9 @@
 
 namespace ds4::quant::avx512 {
 namespace {
+
+// Activation rows per pass of a multi-row dot: their accumulators live on the stack.
+constexpr int64_t kMultiRows = 32;
 
 __m512i load512(const void *p) {
     return _mm512_loadu_si512(p);
@@ -122,6 +126,31 @@ void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
         _mm_storeu_si128(
             reinterpret_cast<__m128i *>(out[b].qs + 16),
             _mm512_cvtepi32_epi8(round_half_away_clamped_epi32(_mm512_mul_ps(v1, vid))));
+    }
+}
+
+// Q8_0 activation row, ds4's rule (kernels_ref.h): d = amax/127, q = cvtps2dq(x / d) (nearest,
+// ties to even; NaN and overflow give INT_MIN), saturated to int8; d = 0 -> q = 0.
+void quantize_row_q8_0_activation(const float *src, void *dst, int64_t n) {
+    auto *out = static_cast<BlockQ8_0 *>(dst);
+    for (int64_t b = 0; b < n / kQK8_0; ++b) {
+        const float *x = src + b * kQK8_0;
+        const __m512 v0 = _mm512_loadu_ps(x);
+        const __m512 v1 = _mm512_loadu_ps(x + 16);
+        // max(|x|, m) keeps m when x is NaN, like the reference's fmax
+        const __m512 m =
+            _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
+        const float d = hmax_f32x16(m) / 127.0f;
+        out[b].d = simd::f32_to_f16_rne(d);
+        if (d == 0.0f) {
+            std::memset(out[b].qs, 0, sizeof(out[b].qs));
+            continue;
+        }
+        const __m512 vd = _mm512_set1_ps(d);
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(out[b].qs),
+                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_div_ps(v0, vd))));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(out[b].qs + 16),
+                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_div_ps(v1, vd))));
     }
 }
 
@@ -264,6 +293,38 @@ float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
     return hsum_f32x16(_mm512_add_ps(acc0, acc1));
 }
 
+// Per block: 16 int32 lanes of adjacent product pairs (vpmaddwd), scaled by f16(d_w) f16(d_x)
+// into one of two accumulators (even and odd blocks). The weight block is widened once for all
+// m activation rows; each row sees the same operations in the same order as a single dot.
+void vec_dot_multi_q8_0_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                             float *out, int64_t out_stride) {
+    const auto *wb = static_cast<const BlockQ8_0 *>(w);
+    const int64_t nb = n / kQK8_0;
+    auto x_block = [&](int64_t j, int64_t b) {
+        return reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride) +
+               b;
+    };
+    for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
+        const int64_t rows = std::min(kMultiRows, m - j0);
+        __m512 acc[2][kMultiRows];
+        for (int64_t j = 0; j < rows; ++j) acc[0][j] = acc[1][j] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m512i wv = _mm512_cvtepi8_epi16(load256(wb[b].qs));
+            const float dw = simd::f16_to_f32(wb[b].d);
+            // an odd last block goes to the even accumulator, as in the two-way unrolled loop
+            __m512 *a = acc[(b % 2 == 1) ? 1 : 0];
+            for (int64_t j = 0; j < rows; ++j) {
+                const BlockQ8_0 *xq = x_block(j0 + j, b);
+                const __m512i xv = _mm512_cvtepi8_epi16(load256(xq->qs));
+                a[j] = _mm512_fmadd_ps(_mm512_set1_ps(dw * simd::f16_to_f32(xq->d)),
+                                       _mm512_cvtepi32_ps(_mm512_madd_epi16(wv, xv)), a[j]);
+            }
+        }
+        for (int64_t j = 0; j < rows; ++j)
+            out[(j0 + j) * out_stride] = hsum_f32x16(_mm512_add_ps(acc[0][j], acc[1][j]));
+    }
+}
+
 // Two blocks per register. E2M1 codes are looked up at twice their value (|w| <= 12, scale
 // 2^(e-128)); the activation's sign moves onto w, |x| <= 128 is the unsigned VNNI operand.
 float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x) {
@@ -313,56 +374,96 @@ float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x) {
     return hsum_f32x16(acc) + tail;
 }
 
-// y = dy*d * sum_k sc_k * sum(v*qy) - dy*dmin * sum_k m_k * bsums[k], 16 sub-blocks of 16.
-// Value 64t + i (t = 0..3) is bits 2*(2*(t%2) + i/32) of byte i%32 of half t/2, so one zmm holds
-// sub-blocks 4t..4t+3, each as 4 int32 lanes after vpdpwssd.
-float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
-    const auto *wb = static_cast<const BlockQ2_K *>(w);
-    const auto *xb = static_cast<const BlockQ8_K *>(x);
-    const int64_t nb = n / kQK_K;
+namespace {
+
+// The weight side of one Q2_K super-block, decoded once for any number of activation rows.
+// Value 64t + i (t = 0..3) is bits 2*(2*(t%2) + i/32) of byte i%32 of half t/2, so v[t] holds
+// sub-blocks 4t..4t+3, each as 4 int32 lanes after vpdpwssd with scale[t].
+struct Q2kBlockWeights {
+    __m512i v[4];      // 2-bit values, one byte each
+    __m512i scale[4];  // int32 lane i <- sub-scale of sub-block 4t + i/4, in both int16 halves
+    __m256i mins;      // the 16 sub-mins as int16
+    float d, dmin;     // f16(d), f16(dmin)
+};
+
+inline void q2k_block_weights(const BlockQ2_K &wq, Q2kBlockWeights &bw) {
     const __m512i mask2 = _mm512_set1_epi8(3);
     const __m128i mask4 = _mm_set1_epi8(0x0F);
     const __m512i shift_01 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
     const __m512i shift_23 = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
-    __m512i pick[4];  // int32 lane i <- scale of sub-block 4t + i/4
-    for (int t = 0; t < 4; ++t) {
-        pick[t] =
-            _mm512_add_epi32(_mm512_set1_epi32(4 * t),
-                             _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-    }
+    const __m512i pick0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m128i packed = load128(wq.scales);
+    bw.mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), mask4));
+    const __m512i scales =
+        repeat_in_both_i16_halves(_mm512_cvtepu8_epi32(_mm_and_si128(packed, mask4)));
+    for (int t = 0; t < 4; ++t)
+        bw.scale[t] =
+            _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set1_epi32(4 * t), pick0), scales);
+    const __m512i bits_h0 = broadcast256(wq.qs);
+    const __m512i bits_h1 = broadcast256(wq.qs + 32);
+    bw.v[0] = _mm512_and_si512(_mm512_srlv_epi64(bits_h0, shift_01), mask2);
+    bw.v[1] = _mm512_and_si512(_mm512_srlv_epi64(bits_h0, shift_23), mask2);
+    bw.v[2] = _mm512_and_si512(_mm512_srlv_epi64(bits_h1, shift_01), mask2);
+    bw.v[3] = _mm512_and_si512(_mm512_srlv_epi64(bits_h1, shift_23), mask2);
+    bw.d = simd::f16_to_f32(wq.d);
+    bw.dmin = simd::f16_to_f32(wq.dmin);
+}
+
+// One activation super-block into the two accumulators of a Q2_K dot.
+inline void q2k_block_accumulate(const Q2kBlockWeights &bw, const BlockQ8_K &xq, __m512 &acc,
+                                 __m256 &acc_min) {
+    const float dall = xq.d * bw.d;
+    const float dmin = -xq.d * bw.dmin;
+    const __m256i min_prod = _mm256_madd_epi16(bw.mins, load256(xq.bsums));
+    acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_prod), acc_min);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int t = 0; t < 4; ++t)
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(bw.v[t], load512(xq.qs + 64 * t)),
+                                   bw.scale[t]);
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(dall), _mm512_cvtepi32_ps(sumi), acc);
+}
+
+}  // namespace
+
+// y = dy*d * sum_k sc_k * sum(v*qy) - dy*dmin * sum_k m_k * bsums[k], 16 sub-blocks of 16.
+float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
+    const auto *wb = static_cast<const BlockQ2_K *>(w);
+    const auto *xb = static_cast<const BlockQ8_K *>(x);
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const BlockQ2_K &wq = wb[b];
-        const BlockQ8_K &xq = xb[b];
-        const float dall = xq.d * simd::f16_to_f32(wq.d);
-        const float dmin = -xq.d * simd::f16_to_f32(wq.dmin);
-
-        const __m128i packed = load128(wq.scales);
-        const __m128i scales8 = _mm_and_si128(packed, mask4);
-        const __m128i mins8 = _mm_and_si128(_mm_srli_epi16(packed, 4), mask4);
-        const __m256i min_prod = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins8), load256(xq.bsums));
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_prod), acc_min);
-
-        const __m512i scales = repeat_in_both_i16_halves(_mm512_cvtepu8_epi32(scales8));
-        const __m512i bits_h0 = broadcast256(wq.qs);
-        const __m512i bits_h1 = broadcast256(wq.qs + 32);
-        const __m512i v0 = _mm512_and_si512(_mm512_srlv_epi64(bits_h0, shift_01), mask2);
-        const __m512i v1 = _mm512_and_si512(_mm512_srlv_epi64(bits_h0, shift_23), mask2);
-        const __m512i v2 = _mm512_and_si512(_mm512_srlv_epi64(bits_h1, shift_01), mask2);
-        const __m512i v3 = _mm512_and_si512(_mm512_srlv_epi64(bits_h1, shift_23), mask2);
-        __m512i sumi =
-            _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v0, load512(xq.qs)),
-                                _mm512_permutexvar_epi32(pick[0], scales));
-        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(v1, load512(xq.qs + 64)),
-                                   _mm512_permutexvar_epi32(pick[1], scales));
-        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(v2, load512(xq.qs + 128)),
-                                   _mm512_permutexvar_epi32(pick[2], scales));
-        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(v3, load512(xq.qs + 192)),
-                                   _mm512_permutexvar_epi32(pick[3], scales));
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(dall), _mm512_cvtepi32_ps(sumi), acc);
+    Q2kBlockWeights bw;
+    for (int64_t b = 0; b < n / kQK_K; ++b) {
+        q2k_block_weights(wb[b], bw);
+        q2k_block_accumulate(bw, xb[b], acc, acc_min);
     }
     return hsum_f32x16(acc) + hsum_f32x8(acc_min);
+}
+
+// The same for m activation rows (VecDotMultiFn), each super-block decoded once.
+void vec_dot_multi_q2_K_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                             float *out, int64_t out_stride) {
+    const auto *wb = static_cast<const BlockQ2_K *>(w);
+    Q2kBlockWeights bw;
+    for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
+        const int64_t rows = std::min(kMultiRows, m - j0);
+        __m512 acc[kMultiRows];
+        __m256 acc_min[kMultiRows];
+        for (int64_t j = 0; j < rows; ++j) {
+            acc[j] = _mm512_setzero_ps();
+            acc_min[j] = _mm256_setzero_ps();
+        }
+        for (int64_t b = 0; b < n / kQK_K; ++b) {
+            q2k_block_weights(wb[b], bw);
+            for (int64_t j = 0; j < rows; ++j) {
+                const auto *xq = reinterpret_cast<const BlockQ8_K *>(
+                                     static_cast<const uint8_t *>(x) + (j0 + j) * x_stride) +
+                                 b;
+                q2k_block_accumulate(bw, *xq, acc[j], acc_min[j]);
+            }
+        }
+        for (int64_t j = 0; j < rows; ++j)
+            out[(j0 + j) * out_stride] = hsum_f32x16(acc[j]) + hsum_f32x8(acc_min[j]);
+    }
 }
 
 // y = dy*d * sum_j sc_j * sum(nibble*qy) - dy*dmin * sum_j m_j * (bsums[2j] + bsums[2j+1]).
@@ -457,51 +558,100 @@ __m512i iq2_xxs_grid_points(uint32_t a0_even, uint32_t a0_odd) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(even), odd, 1);
 }
 
+// The weight side of one IQ2_XXS super-block, decoded once for any number of activation rows.
+struct Iq2BlockWeights {
+    __m512i grid[4];        // step t: the grid points (magnitudes) of groups 2t and 2t+1
+    __mmask64 negative[4];  // step t: their weight signs
+    __m512i scale[4];       // step t: 2*ls+1 of group 2t in int32 lanes 0-7, of 2t+1 in 8-15
+    float d;                // f16(d) / 8
+};
+
+inline void iq2_block_weights(const BlockIQ2_XXS &wq, const Iq2Unpacked &unpacked, int i,
+                              Iq2BlockWeights &bw) {
+    uint32_t a[16];  // a0, a1 of each group
+    std::memcpy(a, wq.qs, sizeof(a));
+    for (int t = 0; t < 4; ++t) {
+        bw.grid[t] = iq2_xxs_grid_points(a[4 * t], a[4 * t + 2]);
+        std::memcpy(&bw.negative[t], &unpacked.sign_words[i][2 * t], sizeof(bw.negative[t]));
+        bw.scale[t] =
+            _mm512_mask_set1_epi32(_mm512_set1_epi32(static_cast<int>(unpacked.scales[i][2 * t])),
+                                   0xFF00, static_cast<int>(unpacked.scales[i][2 * t + 1]));
+    }
+    bw.d = 0.125f * simd::f16_to_f32(wq.d);
+}
+
+// sum_g (2*ls_g + 1) * sum_{32 values} (+-grid) * qy of one super-block, in int32 lanes (exact).
+// |qy| is the unsigned maddubs operand; the grid value (<= 43) carries the product of the
+// weight sign and the sign of qy.
+inline __m512i iq2_block_isum(const Iq2BlockWeights &bw, const BlockQ8_K &xq) {
+    __m512i sum_even = _mm512_setzero_si512(), sum_odd = _mm512_setzero_si512();
+    for (int t = 0; t < 4; ++t) {
+        const __m512i y = load512(xq.qs + 64 * t);
+        const __mmask64 negative = _kxor_mask64(bw.negative[t], _mm512_movepi8_mask(y));
+        const __m512i signed_grid =
+            _mm512_mask_sub_epi8(bw.grid[t], negative, _mm512_setzero_si512(), bw.grid[t]);
+        const __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(y), signed_grid);
+        if (t % 2 == 0)
+            sum_even = _mm512_dpwssd_epi32(sum_even, p, bw.scale[t]);
+        else
+            sum_odd = _mm512_dpwssd_epi32(sum_odd, p, bw.scale[t]);
+    }
+    return _mm512_add_epi32(sum_even, sum_odd);
+}
+
 }  // namespace
 
 // y = d * dy / 8 * sum_g (2*ls_g + 1) * sum_{32 values} (+-grid) * qy, two groups per zmm.
-// |qy| is the unsigned maddubs operand; the grid value (<= 43) carries the product of the
-// weight sign and the sign of qy. (On Zen 4 this kernel is bound by the 32 grid lookups per
-// super-block; vpgatherqq and a vpermi2w lookup of packed grid codes both measured slower.)
+// (On Zen 4 this kernel is bound by the 32 grid lookups per super-block; vpgatherqq and a
+// vpermi2w lookup of packed grid codes both measured slower.)
 float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
     const auto *wb = static_cast<const BlockIQ2_XXS *>(w);
     const auto *xb = static_cast<const BlockQ8_K *>(x);
     const int64_t nb = n / kQK_K;
     __m512 acc = _mm512_setzero_ps();
     Iq2Unpacked unpacked;
+    Iq2BlockWeights bw;
     for (int64_t first = 0; first < nb; first += kIq2Chunk) {
-        const int count = static_cast<int>(nb - first < kIq2Chunk ? nb - first : kIq2Chunk);
+        const int count = static_cast<int>(std::min<int64_t>(nb - first, kIq2Chunk));
         iq2_xxs_unpack(wb + first, count, unpacked);
         for (int i = 0; i < count; ++i) {
-            const BlockIQ2_XXS &wq = wb[first + i];
+            iq2_block_weights(wb[first + i], unpacked, i, bw);
             const BlockQ8_K &xq = xb[first + i];
-            uint32_t a[16];  // a0, a1 of each group
-            std::memcpy(a, wq.qs, sizeof(a));
-            __m512i sum_even = _mm512_setzero_si512(), sum_odd = _mm512_setzero_si512();
-            for (int t = 0; t < 4; ++t) {
-                const __m512i gv = iq2_xxs_grid_points(a[4 * t], a[4 * t + 2]);
-                const __m512i y = load512(xq.qs + 64 * t);
-                __mmask64 w_negative;
-                std::memcpy(&w_negative, &unpacked.sign_words[i][2 * t], sizeof(w_negative));
-                const __mmask64 negative = _kxor_mask64(w_negative, _mm512_movepi8_mask(y));
-                const __m512i signed_grid =
-                    _mm512_mask_sub_epi8(gv, negative, _mm512_setzero_si512(), gv);
-                // int32 lanes 0-7 <- scale of group 2t, lanes 8-15 <- group 2t+1
-                const __m512i scale = _mm512_mask_set1_epi32(
-                    _mm512_set1_epi32(static_cast<int>(unpacked.scales[i][2 * t])), 0xFF00,
-                    static_cast<int>(unpacked.scales[i][2 * t + 1]));
-                const __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(y), signed_grid);
-                if (t % 2 == 0)
-                    sum_even = _mm512_dpwssd_epi32(sum_even, p, scale);
-                else
-                    sum_odd = _mm512_dpwssd_epi32(sum_odd, p, scale);
-            }
-            const float d = 0.125f * simd::f16_to_f32(wq.d) * xq.d;
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(d),
-                                  _mm512_cvtepi32_ps(_mm512_add_epi32(sum_even, sum_odd)), acc);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(bw.d * xq.d),
+                                  _mm512_cvtepi32_ps(iq2_block_isum(bw, xq)), acc);
         }
     }
     return hsum_f32x16(acc);
+}
+
+// The same for m activation rows, each weight super-block decoded once: per row and block the
+// same operations in the same order as a single dot, so each result equals vec_dot's bit for bit.
+void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                                float *out, int64_t out_stride) {
+    const auto *wb = static_cast<const BlockIQ2_XXS *>(w);
+    const int64_t nb = n / kQK_K;
+    Iq2Unpacked unpacked;
+    Iq2BlockWeights bw;
+    for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
+        const int64_t rows = std::min(kMultiRows, m - j0);
+        __m512 acc[kMultiRows];
+        for (int64_t j = 0; j < rows; ++j) acc[j] = _mm512_setzero_ps();
+        for (int64_t first = 0; first < nb; first += kIq2Chunk) {
+            const int count = static_cast<int>(std::min<int64_t>(nb - first, kIq2Chunk));
+            iq2_xxs_unpack(wb + first, count, unpacked);
+            for (int i = 0; i < count; ++i) {
+                iq2_block_weights(wb[first + i], unpacked, i, bw);
+                for (int64_t j = 0; j < rows; ++j) {
+                    const auto *xq = reinterpret_cast<const BlockQ8_K *>(
+                                         static_cast<const uint8_t *>(x) + (j0 + j) * x_stride) +
+                                     first + i;
+                    acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(bw.d * xq->d),
+                                             _mm512_cvtepi32_ps(iq2_block_isum(bw, *xq)), acc[j]);
+                }
+            }
+        }
+        for (int64_t j = 0; j < rows; ++j) out[(j0 + j) * out_stride] = hsum_f32x16(acc[j]);
+    }
 }
 
 }  // namespace ds4::quant::avx512

@@ -41,6 +41,15 @@ void quantize_row_bf16(const float *src, void *dst, int64_t n);
 //   amax = max |x|;  d = amax / 127;  id = d != 0 ? 1 / d : 0;
 //   q[i] = roundf(x[i] * id)   (round half away from zero);  stored d = f32_to_f16(d).
 void quantize_row_q8_0(const float *src, void *dst, int64_t n);
+// Q8_0 activations, ds4's rule (MODEL.md 5.1, quantize_q8_0_activation): d = amax / 127 (f32),
+//   q[i] = clamp(lrint(x[i] / d), -128, 127)  (a division, round half to even), d = 0 -> q = 0;
+//   stored d = f32_to_f16(d). NaN or out-of-range quotients give -128, as x86's cvtps2dq.
+// It differs from the weight quantizer above on near-ties: x * (1/d) is not x / d.
+void quantize_row_q8_0_activation(const float *src, void *dst, int64_t n);
+// Q8_0 activations as llama.cpp's x86 CPU backend quantizes them (ggml-cpu quantize_row_q8_0 for
+// AVX/AVX2/AVX-512): id = 127 / amax (0 when amax = 0), q[i] = round half to even of x[i] * id;
+// stored d = f32_to_f16(amax / 127). Only for comparisons with llama.cpp (docs/LLAMACPP.md).
+void quantize_row_q8_0_llamacpp(const float *src, void *dst, int64_t n);
 // Q8_K, the ds4 activation quantizer (MODEL.md 5.5), per block of 256, all in f32:
 //   vmax = the FIRST element of largest |x| (signed);  vmax == 0 -> d = 0, q = 0, bsums = 0;
 //   iscale = -127 / vmax;  q[i] = clamp(lrint(iscale * x[i]), -128, 127) (round half to even);
@@ -51,6 +60,20 @@ void quantize_row_q8_K(const float *src, void *dst, int64_t n);
 // then 4-bit (Q2_K) or 6-bit (Q4_K) quantization of those against f16 super-scales.
 void quantize_row_q2_K(const float *src, void *dst, int64_t n);
 void quantize_row_q4_K(const float *src, void *dst, int64_t n);
+// IQ2_XXS: ggml's quantize_row_iq2_xxs_impl with an all-ones importance matrix (byte for byte).
+// Per block: sigma2 = mean x^2, weights w = sqrt(sigma2 + x^2). Per 32-value group: signs with
+// even parity per 8 values (an odd count flips the value of smallest w x^2); the 0..4-level
+// weighted fit s0 of |x|; 13 candidate inverse scales (5 + 0.1 k) / (3 s0), k = -6..6, each
+// rounding |x| to levels 0..2 per 8 values and replacing a pattern that is not one of the 256
+// grid points by the neighbour (grid points at the two nearest distances, built once) of least
+// weighted error; the candidate of largest (sum w x q)^2 / sum w q^2 wins, is re-rounded at its
+// least-squares scale, which is refitted. d = f16(max scale / 31), ls = round((scale/d - 1)/2)
+// clamped to 0..15. A group with max |x| < 1e-15 is stored as zero indices and signs with ls 0
+// (decoded as +d: the format has no zero); an all-zero block has d = 0.
+// Throws ds4::Error for a non-finite value (position given). Finite values so large that the
+// sums of squares overflow f32 (|x| > ~1e18) give a block of valid fields whose d is not finite,
+// and any value beyond the f16 d's reach (~1e7) decodes as +-inf.
+void quantize_row_iq2_xxs(const float *src, void *dst, int64_t n);
 
 float vec_dot_f32_f32(int64_t n, const void *w, const void *x);
 float vec_dot_f16_f32(int64_t n, const void *w, const void *x);

@@ -2,20 +2,22 @@
 // x86 SIMD kernels, one namespace per instruction set. Each function has the same contract as
 // its twin in kernels_ref.h; activation quantizers are bit-identical to the reference, dot
 // products agree within float reassociation. Only call a level that detected_simd_level() allows.
+#include <cstddef>
 #include <cstdint>
 
 namespace ds4::quant {
 
-#define DS4_SIMD_KERNEL_DECLS                                          \
-    void quantize_row_q8_0(const float *src, void *dst, int64_t n);    \
-    void quantize_row_q8_K(const float *src, void *dst, int64_t n);    \
-    float vec_dot_f32_f32(int64_t n, const void *w, const void *x);    \
-    float vec_dot_f16_f32(int64_t n, const void *w, const void *x);    \
-    float vec_dot_bf16_f32(int64_t n, const void *w, const void *x);   \
-    float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x);  \
-    float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x); \
-    float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x);  \
-    float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x);  \
+#define DS4_SIMD_KERNEL_DECLS                                                  \
+    void quantize_row_q8_0(const float *src, void *dst, int64_t n);            \
+    void quantize_row_q8_0_activation(const float *src, void *dst, int64_t n); \
+    void quantize_row_q8_K(const float *src, void *dst, int64_t n);            \
+    float vec_dot_f32_f32(int64_t n, const void *w, const void *x);            \
+    float vec_dot_f16_f32(int64_t n, const void *w, const void *x);            \
+    float vec_dot_bf16_f32(int64_t n, const void *w, const void *x);           \
+    float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x);          \
+    float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x);         \
+    float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x);          \
+    float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x);          \
     float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x);
 
 namespace avx2 {
@@ -23,7 +25,15 @@ DS4_SIMD_KERNEL_DECLS
 }
 namespace avx512 {
 DS4_SIMD_KERNEL_DECLS
-}
+// Multi-row dots (VecDotMultiFn): out[j * out_stride] = vec_dot(n, w, x + j * x_stride), bit for
+// bit, with the weight row decoded once for all m activation rows.
+void vec_dot_multi_q8_0_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                             float *out, int64_t out_stride);
+void vec_dot_multi_q2_K_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                             float *out, int64_t out_stride);
+void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                                float *out, int64_t out_stride);
+}  // namespace avx512
 
 #undef DS4_SIMD_KERNEL_DECLS
 

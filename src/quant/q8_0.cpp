@@ -1,10 +1,31 @@
 // Q8_0: blocks of 32 int8 values with one f16 scale. value_i = d * q_i.
+#include <climits>
 #include <cmath>
 
 #include "quant/blocks.h"
 #include "quant/kernels_ref.h"
 
 namespace ds4::quant::ref {
+namespace {
+
+float block_amax(const float *x) {
+    float amax = 0.0f;
+    for (int i = 0; i < kQK8_0; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    return amax;
+}
+
+// x86's cvtps2dq in the default rounding mode: nearest, ties to even; NaN and values outside
+// int32 give INT_MIN (the "integer indefinite"), as the SIMD twins see it.
+int32_t cvt_nearest_even_x86(float v) {
+    if (!(v >= -2147483648.0f && v < 2147483648.0f)) return INT_MIN;
+    return static_cast<int32_t>(std::nearbyint(v));
+}
+
+int8_t clamp_to_int8(int32_t q) {
+    return static_cast<int8_t>(q < -128 ? -128 : q > 127 ? 127 : q);
+}
+
+}  // namespace
 
 void dequantize_row_q8_0(const void *src, float *dst, int64_t n) {
     const auto *blocks = static_cast<const BlockQ8_0 *>(src);
@@ -31,6 +52,29 @@ void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
             if (q > 127.0f) q = 127.0f;
             blocks[b].qs[i] = static_cast<int8_t>(q);
         }
+    }
+}
+
+void quantize_row_q8_0_activation(const float *src, void *dst, int64_t n) {
+    auto *blocks = static_cast<BlockQ8_0 *>(dst);
+    for (int64_t b = 0; b < n / kQK8_0; ++b) {
+        const float *x = src + b * kQK8_0;
+        const float d = block_amax(x) / 127.0f;
+        blocks[b].d = f32_to_f16(d);
+        for (int i = 0; i < kQK8_0; ++i)
+            blocks[b].qs[i] = d == 0.0f ? 0 : clamp_to_int8(cvt_nearest_even_x86(x[i] / d));
+    }
+}
+
+void quantize_row_q8_0_llamacpp(const float *src, void *dst, int64_t n) {
+    auto *blocks = static_cast<BlockQ8_0 *>(dst);
+    for (int64_t b = 0; b < n / kQK8_0; ++b) {
+        const float *x = src + b * kQK8_0;
+        const float amax = block_amax(x);
+        blocks[b].d = f32_to_f16(amax / 127.0f);
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < kQK8_0; ++i)
+            blocks[b].qs[i] = clamp_to_int8(cvt_nearest_even_x86(x[i] * id));
     }
 }
 

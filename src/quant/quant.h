@@ -3,6 +3,7 @@
 //
 //   dequantize_row : n values of a weight row -> f32
 //   quantize_row   : f32 -> n values in the format (only for formats we produce)
+//   quantize_activation_row : f32 activations -> Q8_0 / Q8_K, as ds4 does before a dot product
 //   vec_dot        : one weight row . one activation row, where the activation row is in
 //                    `vec_dot_type` (Q8_0 for Q8_0/MXFP4 weights, Q8_K for K-quants and IQ2_XXS,
 //                    F32 for F32/F16/BF16). The result is a float.
@@ -34,13 +35,22 @@ SimdLevel cap_simd_level(SimdLevel cpu, const char *ds4_simd_value);
 using DequantizeRowFn = void (*)(const void *src, float *dst, int64_t n);
 using QuantizeRowFn = void (*)(const float *src, void *dst, int64_t n);
 using VecDotFn = float (*)(int64_t n, const void *w_row, const void *act_row);
+// out[j * out_stride] = vec_dot(n, w_row, act_rows + j * act_stride bytes) for j < m, bit for
+// bit, decoding the weight row once (prefill: one weight row, many tokens).
+using VecDotMultiFn = void (*)(int64_t n, const void *w_row, const void *act_rows,
+                               size_t act_stride, int64_t m, float *out, int64_t out_stride);
 
 struct TypeKernels {
     GgmlType type;
     GgmlType vec_dot_type;           // the activation format vec_dot expects
     DequantizeRowFn dequantize_row;  // never null for supported types
     QuantizeRowFn quantize_row;      // null when we never produce this format
-    VecDotFn vec_dot;                // null for Q8_K, which is never a weight format
+    // Activations into this format (Q8_0, Q8_K: the vec_dot_types), by ds4's rules; null for
+    // the other formats. For Q8_0 it rounds x / d where quantize_row (the weight quantizer,
+    // equal to gguf-py) rounds x * (1/d) half away from zero (kernels_ref.h).
+    QuantizeRowFn quantize_activation_row;
+    VecDotFn vec_dot;             // null for Q8_K, which is never a weight format
+    VecDotMultiFn vec_dot_multi;  // null where only vec_dot exists (matmul calls it per row)
 };
 
 bool is_supported(GgmlType type);

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/activations.h"
@@ -55,7 +56,7 @@ std::vector<float> activation_as_seen(GgmlType weight_type, const float *x, int6
     const GgmlType act = quant::kernels(weight_type).vec_dot_type;
     if (act == GgmlType::F32) return {x, x + k};
     std::vector<uint8_t> q(quant::row_size(act, k));
-    quant::quantize_row(act, x, q.data(), k);
+    quant::kernels(act).quantize_activation_row(x, q.data(), k);
     std::vector<float> seen(static_cast<size_t>(k));
     quant::dequantize_row(act, q.data(), seen.data(), k);
     return seen;
@@ -151,12 +152,13 @@ TEST_P(MatmulByType, MatvecMatchesReferenceForAnyThreadCount) {
     }
 }
 
+// Also where the multi-row dots (quant.h VecDotMultiFn) take over: m above their pass of 32 rows,
+// and rows of 17 super-blocks (more than an IQ2_XXS unpack chunk of 16).
 TEST_P(MatmulByType, MatmulEqualsMatvecsBitForBit) {
     const GgmlType type = GetParam();
-    const int64_t k = 768;
-    for (int64_t n_rows : {97, 1003}) {
+    for (auto [n_rows, k] : {std::pair<int64_t, int64_t>{97, 768}, {1003, 768}, {61, 17 * 256}}) {
         const auto w = random_weights(type, n_rows, k, 2000 + n_rows);
-        for (int64_t m : {2, 5, 17}) {
+        for (int64_t m : {2, 5, 17, 40}) {
             const auto X = random_floats(m * k, 300 + m);
             std::vector<float> expected(static_cast<size_t>(m * n_rows));
             ScratchBuffer scratch;
@@ -193,7 +195,7 @@ TEST_P(MatmulByType, ActivationsAreQuantizedByTheRowQuantizer) {
     ASSERT_EQ(rows.row_stride, quant::row_size(act, k));
     std::vector<uint8_t> expected(rows.row_stride);
     for (int64_t j = 0; j < m; ++j) {
-        quant::quantize_row(act, X.data() + j * k, expected.data(), k);
+        quant::kernels(act).quantize_activation_row(X.data() + j * k, expected.data(), k);
         EXPECT_EQ(std::memcmp(expected.data(),
                               static_cast<const uint8_t *>(rows.data) + j * rows.row_stride,
                               rows.row_stride),

@@ -55,7 +55,8 @@ TEST(KernelTable, ScalarEntriesAreTheReference) {
     EXPECT_EQ(q8k.vec_dot, nullptr);
     EXPECT_EQ(kernels(GgmlType::Q2_K, SimdLevel::Scalar).quantize_row, ref::quantize_row_q2_K);
     EXPECT_EQ(kernels(GgmlType::Q4_K, SimdLevel::Scalar).quantize_row, ref::quantize_row_q4_K);
-    EXPECT_EQ(kernels(GgmlType::IQ2_XXS, SimdLevel::Scalar).quantize_row, nullptr);
+    EXPECT_EQ(kernels(GgmlType::IQ2_XXS, SimdLevel::Scalar).quantize_row,
+              ref::quantize_row_iq2_xxs);
     EXPECT_EQ(kernels(GgmlType::MXFP4, SimdLevel::Scalar).quantize_row, nullptr);
 }
 
@@ -98,7 +99,8 @@ TEST(RowWrappers, CheckLengthAndFormat) {
     std::vector<float> x(64, 1.0f);
     std::vector<uint8_t> buf(1024);
     EXPECT_THROW(quantize_row(GgmlType::Q8_0, x.data(), buf.data(), 33), Error);
-    EXPECT_THROW(quantize_row(GgmlType::IQ2_XXS, x.data(), buf.data(), 256), Error);
+    EXPECT_THROW(quantize_row(GgmlType::MXFP4, x.data(), buf.data(), 64), Error);  // no quantizer
+    EXPECT_THROW(quantize_row(GgmlType::IQ2_XXS, x.data(), buf.data(), 128), Error);
     EXPECT_THROW(dequantize_row(GgmlType::Q4_K, buf.data(), x.data(), 64), Error);
     EXPECT_NO_THROW(quantize_row(GgmlType::Q8_0, x.data(), buf.data(), 64));
     EXPECT_EQ(row_size(GgmlType::Q8_0, 64), 68u);

@@ -136,8 +136,32 @@ void expect_quantizer_matches_fixture(GgmlType type, const std::string &fixture)
     }
 }
 
-TEST(ActivationQuantizers, Q8_0MatchesGgufPy) {
+TEST(ActivationQuantizers, Q8_0WeightQuantizerMatchesGgufPy) {
     expect_quantizer_matches_fixture(GgmlType::Q8_0, "q8_0");
+}
+
+// MODEL.md 5.1: ds4 quantizes Q8_0 activations with q = lrint(x / d), rounding half to even,
+// where the weight quantizer (gguf-py, ggml's reference) rounds half away from zero. With
+// amax = 127, d = 1 exactly, so the values below sit exactly on ties.
+TEST(ActivationQuantizers, Q8_0ActivationsRoundTiesToEvenAsDs4) {
+    std::vector<float> x(kQK8_0, 0.0f);
+    const std::vector<float> ties = {127.0f, 2.5f, -2.5f, 0.5f, 1.5f, -3.5f, -0.5f, 126.5f};
+    std::copy(ties.begin(), ties.end(), x.begin());
+    const std::vector<int8_t> ds4 = {127, 2, -2, 0, 2, -4, 0, 126};
+    const std::vector<int8_t> gguf_py = {127, 3, -3, 1, 2, -4, -1, 127};
+    for (SimdLevel level : runnable_levels()) {
+        BlockQ8_0 act{}, weight{};
+        kernels(GgmlType::Q8_0, level).quantize_activation_row(x.data(), &act, kQK8_0);
+        kernels(GgmlType::Q8_0, level).quantize_row(x.data(), &weight, kQK8_0);
+        EXPECT_EQ(ref::f16_to_f32(act.d), 1.0f);
+        for (size_t i = 0; i < ties.size(); ++i) {
+            EXPECT_EQ(act.qs[i], ds4[i]) << simd_level_name(level) << " x = " << ties[i];
+            EXPECT_EQ(weight.qs[i], gguf_py[i]) << simd_level_name(level) << " x = " << ties[i];
+        }
+    }
+    BlockQ8_0 llama{};  // llama.cpp's x86 rule rounds x * (127 / amax) half to even
+    ref::quantize_row_q8_0_llamacpp(x.data(), &llama, kQK8_0);
+    for (size_t i = 0; i < ties.size(); ++i) EXPECT_EQ(llama.qs[i], ds4[i]) << "x = " << ties[i];
 }
 
 TEST(ActivationQuantizers, Q8_KMatchesNumpyModelSpec) {

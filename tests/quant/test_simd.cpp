@@ -34,6 +34,7 @@ struct SimdKernelSet {
     const char *name;
     SimdLevel level;
     QuantizeRowFn quantize_q8_0;
+    QuantizeRowFn quantize_q8_0_activation;
     QuantizeRowFn quantize_q8_K;
     VecDotFn dot_f32;
     VecDotFn dot_f16;
@@ -45,12 +46,12 @@ struct SimdKernelSet {
     VecDotFn dot_iq2_xxs;
 };
 
-#define DS4_KERNEL_SET(ns, level)                                                      \
-    SimdKernelSet {                                                                    \
-#ns, level, ns::quantize_row_q8_0, ns::quantize_row_q8_K, ns::vec_dot_f32_f32, \
-            ns::vec_dot_f16_f32, ns::vec_dot_bf16_f32, ns::vec_dot_q8_0_q8_0,          \
-            ns::vec_dot_mxfp4_q8_0, ns::vec_dot_q2_K_q8_K, ns::vec_dot_q4_K_q8_K,      \
-            ns::vec_dot_iq2_xxs_q8_K                                                   \
+#define DS4_KERNEL_SET(ns, level)                                                                  \
+    SimdKernelSet {                                                                                \
+#ns, level, ns::quantize_row_q8_0, ns::quantize_row_q8_0_activation,                       \
+            ns::quantize_row_q8_K, ns::vec_dot_f32_f32, ns::vec_dot_f16_f32, ns::vec_dot_bf16_f32, \
+            ns::vec_dot_q8_0_q8_0, ns::vec_dot_mxfp4_q8_0, ns::vec_dot_q2_K_q8_K,                  \
+            ns::vec_dot_q4_K_q8_K, ns::vec_dot_iq2_xxs_q8_K                                        \
     }
 const SimdKernelSet kAvx2 = DS4_KERNEL_SET(avx2, SimdLevel::AVX2);
 const SimdKernelSet kAvx512 = DS4_KERNEL_SET(avx512, SimdLevel::AVX512);
@@ -371,6 +372,9 @@ TEST_P(SimdKernels, ActivationQuantizersBitIdenticalOnRandomRows) {
             const std::vector<float> x0 = random_activations(nb * kQK8_0, seed);
             expect_quantize_identical(k().quantize_q8_0, ref::quantize_row_q8_0, GgmlType::Q8_0, x0,
                                       "q8_0" + where);
+            expect_quantize_identical(k().quantize_q8_0_activation,
+                                      ref::quantize_row_q8_0_activation, GgmlType::Q8_0, x0,
+                                      "q8_0 activation" + where);
             const std::vector<float> xk = random_activations(nb * kQK_K, seed);
             expect_quantize_identical(k().quantize_q8_K, ref::quantize_row_q8_K, GgmlType::Q8_K, xk,
                                       "q8_K" + where);
@@ -437,6 +441,8 @@ std::vector<float> special_blocks(int block, uint64_t seed) {
 TEST_P(SimdKernels, ActivationQuantizersBitIdenticalOnSpecialBlocks) {
     expect_quantize_identical(k().quantize_q8_0, ref::quantize_row_q8_0, GgmlType::Q8_0,
                               special_blocks(kQK8_0, 1), "q8_0 special");
+    expect_quantize_identical(k().quantize_q8_0_activation, ref::quantize_row_q8_0_activation,
+                              GgmlType::Q8_0, special_blocks(kQK8_0, 1), "q8_0 activation special");
     expect_quantize_identical(k().quantize_q8_K, ref::quantize_row_q8_K, GgmlType::Q8_K,
                               special_blocks(kQK_K, 2), "q8_K special");
 
@@ -457,6 +463,8 @@ TEST_P(SimdKernels, ActivationQuantizersBitIdenticalOnSpecialBlocks) {
     x.insert(x.end(), odd.begin(), odd.end());
     expect_quantize_identical(k().quantize_q8_0, ref::quantize_row_q8_0, GgmlType::Q8_0, x,
                               "q8_0 non-finite");
+    expect_quantize_identical(k().quantize_q8_0_activation, ref::quantize_row_q8_0_activation,
+                              GgmlType::Q8_0, x, "q8_0 activation non-finite");
 }
 
 // The quantized activation and the dot product together: what a matvec does with them.
@@ -468,8 +476,9 @@ TEST_P(SimdKernels, QuantizedActivationDotsAgreeWithReferencePipeline) {
         const std::vector<uint8_t> w = random_blocks(c.weight_type, n, 78, 1.0f);
         std::vector<uint8_t> x_ref(row_size(c.act_type, n)), x_simd(x_ref.size());
         const bool q80 = c.act_type == GgmlType::Q8_0;
-        (q80 ? ref::quantize_row_q8_0 : ref::quantize_row_q8_K)(x.data(), x_ref.data(), n);
-        (q80 ? k().quantize_q8_0 : k().quantize_q8_K)(x.data(), x_simd.data(), n);
+        (q80 ? ref::quantize_row_q8_0_activation : ref::quantize_row_q8_K)(x.data(), x_ref.data(),
+                                                                           n);
+        (q80 ? k().quantize_q8_0_activation : k().quantize_q8_K)(x.data(), x_simd.data(), n);
         ASSERT_EQ(x_ref, x_simd) << c.name;
         expect_dot_close(k(), c, w.data(), x_simd.data(), n, std::string(c.name) + " pipeline");
     }

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "common/error.h"
+#include "quant/kernels_ref.h"
 #include "quant/quant.h"
 
 namespace ds4::backend::cpu {
@@ -37,22 +38,24 @@ void *ScratchBuffer::reserve(size_t bytes) {
 }
 
 ActivationRows quantize_activations(ThreadPool &pool, ScratchBuffer &scratch,
-                                    ds4::GgmlType weight_type, const float *X, int64_t m,
-                                    int64_t k) {
+                                    ds4::GgmlType weight_type, const float *X, int64_t m, int64_t k,
+                                    ActivationRounding rounding) {
     const quant::TypeKernels &wk = quant::kernels(weight_type);
     const GgmlType act_type = wk.vec_dot_type;
     if (act_type == GgmlType::F32)
         return {act_type, X, m, k, static_cast<size_t>(k) * sizeof(float)};
 
-    const quant::TypeKernels &ak = quant::kernels(act_type);
-    if (ak.quantize_row == nullptr)
+    quant::QuantizeRowFn quantize = quant::kernels(act_type).quantize_activation_row;
+    if (rounding == ActivationRounding::LlamaCpp && act_type == GgmlType::Q8_0)
+        quantize = quant::ref::quantize_row_q8_0_llamacpp;
+    if (quantize == nullptr)
         throw Error("quantize_activations: no quantizer for activation type " +
                     std::string(ggml_type_name(act_type)));
     const size_t row_bytes = quant::row_size(act_type, k);
     auto *out = static_cast<uint8_t *>(scratch.reserve(row_bytes * static_cast<size_t>(m)));
     pool.parallel_for(m, quantize_grain(k), [&](int64_t begin, int64_t end, int) {
         for (int64_t j = begin; j < end; ++j)
-            ak.quantize_row(X + j * k, out + static_cast<size_t>(j) * row_bytes, k);
+            quantize(X + j * k, out + static_cast<size_t>(j) * row_bytes, k);
     });
     return {act_type, out, m, k, row_bytes};
 }

@@ -42,8 +42,11 @@ class ScratchBuffer {
 // Brings X (m rows of k floats, dense) into the activation format of `weight_type`, writing
 // into `scratch` when a conversion is needed. The result points into X or into scratch and is
 // valid until the next use of that scratch. Several rows are quantized in parallel.
+// How activations are rounded into Q8_0: ds4's rule (the engine), or llama.cpp's x86 one (only
+// to compare with it; quant/kernels_ref.h). Q8_K is the same in both.
+enum class ActivationRounding { Ds4, LlamaCpp };
 ActivationRows quantize_activations(ThreadPool &pool, ScratchBuffer &scratch,
-                                    ds4::GgmlType weight_type, const float *X, int64_t m,
-                                    int64_t k);
+                                    ds4::GgmlType weight_type, const float *X, int64_t m, int64_t k,
+                                    ActivationRounding rounding = ActivationRounding::Ds4);
 
 }  // namespace ds4::backend::cpu

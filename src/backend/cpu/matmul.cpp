@@ -73,14 +73,20 @@ void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const Activatio
     const auto *w_bytes = static_cast<const uint8_t *>(w.data);
     const auto *x_bytes = static_cast<const uint8_t *>(x.data);
     const quant::VecDotFn vec_dot = kern.vec_dot;
+    const quant::VecDotMultiFn vec_dot_multi = x.m > 1 ? kern.vec_dot_multi : nullptr;
     const int64_t n = w.n_rows, m = x.m, k = w.k;
     const int64_t chunk = rows_per_chunk(n, w.row_stride, pool.n_threads());
 
     // Row-outer, batch-inner: a weight row is fetched from memory once and reused m times from
-    // L1; the m activation rows (m x ~1.1 bytes x k) stay in L2.
+    // L1 (decoded once, where the format has a multi-row dot); the m activation rows
+    // (m x ~1.1 bytes x k) stay in L2.
     pool.parallel_for(n, chunk, [&](int64_t row_begin, int64_t row_end, int) {
         for (int64_t r = row_begin; r < row_end; ++r) {
             const uint8_t *w_row = w_bytes + static_cast<size_t>(r) * w.row_stride;
+            if (vec_dot_multi != nullptr) {
+                vec_dot_multi(k, w_row, x_bytes, x.row_stride, m, Y + r, n);
+                continue;
+            }
             for (int64_t j = 0; j < m; ++j)
                 Y[j * n + r] = vec_dot(k, w_row, x_bytes + static_cast<size_t>(j) * x.row_stride);
         }
