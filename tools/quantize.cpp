@@ -1,5 +1,6 @@
 // ds4-quantize: rewrite a deepseek4 GGUF (e.g. the f32 output of tools/convert/ds4-convert) with
-// the tensor types of a quant mix: q8_0, q4 (the published Q4_K-experts layout) or f32.
+// the tensor types of a quant mix: q8_0, q4 (the published Q4_K-experts layout), q2 (the published
+// IQ2_XXS gate/up, Q2_K down experts layout) or f32.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -14,7 +15,7 @@ int main(int argc, char **argv) {
     app.add_option("input", in, "source GGUF (any supported types)")->required();
     app.add_option("output", out, "destination GGUF")->required();
     app.add_option("--quant", quant,
-                   "f32 | q8_0 | q4 | q2 (q2 needs an IQ2_XXS quantizer, not yet in this build)")
+                   "f32 | q8_0 | q4 (routed experts Q4_K) | q2 (routed gate/up IQ2_XXS, down Q2_K)")
         ->required();
     app.add_flag("-q,--quiet", quiet, "no progress on stderr");
     CLI11_PARSE(app, argc, argv);

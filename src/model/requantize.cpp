@@ -47,8 +47,12 @@ void requantize_model(const std::string &in_path, const std::string &out_path, Q
                 for (uint64_t r = 0; r < n_rows; ++r) {
                     quant::dequantize_row(t->type, t->data + r * src_row, buf.data(),
                                           static_cast<int64_t>(row));
-                    quant::quantize_row(type, buf.data(), dst + r * dst_row,
-                                        static_cast<int64_t>(row));
+                    try {
+                        quant::quantize_row(type, buf.data(), dst + r * dst_row,
+                                            static_cast<int64_t>(row));
+                    } catch (const Error &e) {
+                        throw Error(fmt::format("tensor '{}', row {}: {}", t->name, r, e.what()));
+                    }
                 }
                 if (progress && n_bytes >= (16u << 20))
                     fmt::print(stderr, "quantize: {} -> {}\n", t->name, ggml_type_name(type));

@@ -9,8 +9,8 @@
 
 namespace ds4::model {
 
-// Throws ds4::Error for a mix whose types have no quantizer here (q2 needs IQ2_XXS, which has
-// none yet) or for shapes a type cannot hold (rows not a multiple of the block size).
+// Throws ds4::Error for a mix whose types have no quantizer here, for shapes a type cannot hold
+// (rows not a multiple of the block size) and for values a quantizer refuses (IQ2_XXS: inf/NaN).
 void requantize_model(const std::string &in_path, const std::string &out_path, QuantMix mix,
                       bool progress);
 

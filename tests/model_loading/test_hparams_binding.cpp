@@ -208,7 +208,7 @@ TEST(Requantize, F32ToPublishedMixes) {
     auto f32 = gguf::File::open(src);
     const HParams hp = HParams::from_gguf(*f32);
     const ModelWeights w32 = ModelWeights::bind(*f32, hp);
-    for (QuantMix mix : {QuantMix::Q8_0, QuantMix::Q4}) {
+    for (QuantMix mix : {QuantMix::Q8_0, QuantMix::Q4, QuantMix::Q2}) {
         SCOPED_TRACE(quant_mix_name(mix));
         const std::string out = tmp_path(std::string("requant-") + quant_mix_name(mix) + ".gguf");
         requantize_model(src, out, mix, false);
@@ -223,7 +223,7 @@ TEST(Requantize, F32ToPublishedMixes) {
                               w32.layers[0].tid2eid->n_bytes),
                   0);
         // A routed expert row survives the round trip within the format's error (Q8_0 ~0.4%,
-        // Q4_K ~7% of the rms for Gaussian-like rows; measured in tests/quant).
+        // Q4_K ~7%, IQ2_XXS ~34% of the rms for Gaussian-like rows; measured in tests/quant).
         const uint64_t K = hp.n_embd;
         std::vector<float> a(K), b(K);
         quant::dequantize_row(GgmlType::F32, w32.layers[3].ffn_up_exps->data, a.data(), K);
@@ -234,14 +234,9 @@ TEST(Requantize, F32ToPublishedMixes) {
             err += (a[i] - b[i]) * double(a[i] - b[i]);
             ref += double(a[i]) * a[i];
         }
-        EXPECT_LT(std::sqrt(err / ref), mix == QuantMix::Q8_0 ? 0.01 : 0.12);
-    }
-    try {
-        requantize_model(src, tmp_path("requant-q2.gguf"), QuantMix::Q2, false);
-        FAIL() << "q2 should need an IQ2_XXS quantizer";
-    } catch (const Error &e) {
-        EXPECT_NE(std::string(e.what()).find("no IQ2_XXS quantizer"), std::string::npos)
-            << e.what();
+        EXPECT_LT(std::sqrt(err / ref), mix == QuantMix::Q8_0 ? 0.01
+                                        : mix == QuantMix::Q4 ? 0.12
+                                                              : 0.40);
     }
 }
 

@@ -24,7 +24,12 @@ Quant mixes (--quant):
   f16   tensors with 2+ dims F16; 1-D norms, scales, biases, sinks F32; tid2eid I32
   q8_0  the published types of MODEL.md 2.1/2.2, with Q8_0 in place of the routed-expert types
         (a Q8_0 tensor whose ne0 is not a multiple of 32 falls back to F16, with a warning)
-  q2/q4 need the C++ requantizer build/bin/ds4-quantize (gguf-py has no IQ2_XXS/Q2_K/Q4_K quantizer)
+  q2    the published q2 layout: routed gate/up IQ2_XXS, down Q2_K, the rest as q8_0
+  q4    the published q4 layout: routed experts Q4_K, the rest as q8_0
+        q2/q4: gguf-py has no IQ2_XXS/Q2_K/Q4_K quantizer, so the converter writes an f32 GGUF to a
+        temporary file next to OUT (4 bytes per parameter: room is needed for it) and runs the C++
+        requantizer ds4-quantize on it: $DS4_QUANTIZE if set, else build/bin/ds4-quantize of this
+        repository, else ds4-quantize on PATH. The temporary file is removed in every case.
 
 Tokenizer: tokenizer.json is embedded as tokenizer.ggml.* (gpt2 BPE, pre "joyai-llm", token types as
 llama.cpp's converter assigns them). Without a tokenizer.json the converter synthesizes the tiny
@@ -35,9 +40,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
+import shutil
 import struct
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -808,15 +817,54 @@ def _write_chunks(w, chunks, nbytes: int) -> None:
     w.write_padding(fout, nbytes)
 
 
+REQUANTIZED = ("q2", "q4")  # mixes written by ds4-quantize from an f32 conversion
+
+
+def find_ds4_quantize() -> Path:
+    """The ds4-quantize binary: $DS4_QUANTIZE, else build/bin/ of this repository, else PATH."""
+    env = os.environ.get("DS4_QUANTIZE")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise ConvertError(f"DS4_QUANTIZE={env} is not an executable file")
+        return Path(env)
+    built = Path(__file__).resolve().parents[2] / "build" / "bin" / "ds4-quantize"
+    if os.access(built, os.X_OK):
+        return built
+    on_path = shutil.which("ds4-quantize")
+    if on_path:
+        return Path(on_path)
+    raise ConvertError(f"--quant q2/q4 need the C++ requantizer ds4-quantize, not found at {built} nor on PATH: "
+                       "build it (cmake --build build --target ds4-quantize) or set DS4_QUANTIZE to its path")
+
+
+def convert_requantized(hf_dir: Path, out: Path, quant: str, name: str | None, log) -> dict:
+    """q2/q4: an f32 conversion into a temporary file next to `out`, then ds4-quantize to `out`."""
+    import gguf
+    quantizer = find_ds4_quantize()  # before the (long) f32 conversion
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".f32.gguf", dir=out.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        r = convert(hf_dir, tmp, "f32", name, log)
+        # its progress and errors go straight to our stderr (a full model takes hours)
+        p = subprocess.run([str(quantizer), str(tmp), str(out), "--quant", quant])
+        if p.returncode != 0:
+            out.unlink(missing_ok=True)
+            raise ConvertError(f"{quantizer} --quant {quant} failed (exit {p.returncode}; its message is above)")
+    finally:
+        tmp.unlink(missing_ok=True)
+    r["types"] = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(out)).tensors}
+    return r
+
+
 def convert(hf_dir: Path, out: Path, quant: str = "f32", name: str | None = None, log=print) -> dict:
     import gguf
     from gguf import GGMLQuantizationType
 
     if quant not in QUANTS:
         raise ConvertError(f"--quant must be one of {', '.join(QUANTS)}")
-    if quant in ("q2", "q4"):
-        raise ConvertError("q2/q4 need build/bin/ds4-quantize (the C++ requantizer for IQ2_XXS/Q2_K/Q4_K): "
-                           "convert with --quant f16 (or q8_0), then requantize the routed experts with it")
+    if quant in REQUANTIZED:
+        return convert_requantized(hf_dir, out, quant, name, log)
     cfg_path = hf_dir / "config.json"
     if not cfg_path.exists():
         raise ConvertError(f"{cfg_path} not found")

@@ -1,0 +1,115 @@
+"""The published quant mixes end to end: ds4-quantize --quant q2, and ds4-convert --quant q2/q4 (an f32
+conversion into a temporary file, then ds4-quantize), on the tiny flash_ratios model of tests/model
+(hidden and expert widths 256, so its experts fit the 256-value IQ2_XXS / Q2_K / Q4_K blocks).
+
+Each file must hold the mix's routed-expert types (gguf-py reads them), decode close to the f32
+weights, load (`ds4 --inspect` names the mix) and generate (`ds4 -p hello -n 4`). The converter must
+leave no temporary file behind, whether it succeeds or fails, and say what is wrong when
+ds4-quantize is missing or refuses the model.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+np = pytest.importorskip("numpy")
+gguf = pytest.importorskip("gguf")
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "model"))
+import tiny_models as tm  # noqa: E402
+from tiny_models import ds4_convert  # noqa: E402
+
+CONVERT = REPO / "tools" / "convert" / "ds4-convert"
+ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+MIX_TYPES = {"q2": ("IQ2_XXS", "IQ2_XXS", "Q2_K"), "q4": ("Q4_K", "Q4_K", "Q4_K")}
+# Relative rms error of each routed-expert tensor against the f32 weights (Gaussian-like), measured:
+# IQ2_XXS 0.3436-0.3439, Q2_K 0.2963-0.2967, Q4_K 0.0712-0.0715 (tests/quant: 0.346, 0.295, 0.071).
+MAX_REL_RMS = {"IQ2_XXS": 0.36, "Q2_K": 0.31, "Q4_K": 0.075}
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    return {m: tm.write_hf_dir(m, root / m) for m in ("flash_ratios", "flash_mini")}
+
+
+@pytest.fixture(scope="module")
+def f32_gguf(hf_dirs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("f32") / "flash_ratios-f32.gguf"
+    ds4_convert.convert(hf_dirs["flash_ratios"], out, "f32", log=lambda m: None)
+    return out
+
+
+def tensors_by_name(path: Path) -> dict:
+    return {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+
+
+def check_mix(tool, path: Path, f32: Path, mix: str) -> None:
+    got, ref = tensors_by_name(path), tensors_by_name(f32)
+    layers = sorted({int(n.split(".")[1]) for n in got if n.startswith("blk.")})
+    for il in layers:
+        for role, want in zip(ROUTED, MIX_TYPES[mix]):
+            name = f"blk.{il}.{role}.weight"
+            t = got[name]
+            assert t.tensor_type.name == want, (name, t.tensor_type.name)
+            x = np.asarray(ref[name].data, np.float64).reshape(-1)
+            y = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64).reshape(-1)
+            err = np.sqrt(((x - y) ** 2).sum() / (x ** 2).sum())
+            assert err < MAX_REL_RMS[want], (name, err)
+    p = subprocess.run([tool("ds4"), "--inspect", "-m", str(path)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert f"routed experts: {mix}" in p.stdout, p.stdout
+    p = subprocess.run([tool("ds4"), "-m", str(path), "-p", "hello", "-n", "4", "-t", "2"],
+                       capture_output=True, text=True, errors="replace", timeout=300)  # tiny vocab: raw bytes
+    assert p.returncode == 0, p.stderr
+    assert "generation:" in p.stderr
+
+
+def run_convert(hf: Path, out: Path, quant: str, quantizer: str):
+    env = dict(os.environ, DS4_QUANTIZE=quantizer)
+    return subprocess.run([str(CONVERT), str(hf), str(out), "--quant", quant], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_ds4_quantize_q2(tool, f32_gguf, tmp_path):
+    out = tmp_path / "q2.gguf"
+    p = subprocess.run([tool("ds4-quantize"), str(f32_gguf), str(out), "--quant", "q2", "-q"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    check_mix(tool, out, f32_gguf, "q2")
+
+
+@pytest.mark.parametrize("mix", ["q2", "q4"])
+def test_ds4_convert_requantized_mixes(tool, hf_dirs, f32_gguf, tmp_path, mix):
+    out = tmp_path / f"{mix}.gguf"
+    p = run_convert(hf_dirs["flash_ratios"], out, mix, tool("ds4-quantize"))
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path)) == [out.name], "the temporary f32 file must be removed"
+    check_mix(tool, out, f32_gguf, mix)
+
+
+def test_ds4_convert_q2_when_ds4_quantize_fails(tool, hf_dirs, tmp_path):
+    # flash_mini's hidden width is 64: its experts cannot be stored in 256-value blocks
+    out = tmp_path / "mini-q2.gguf"
+    p = run_convert(hf_dirs["flash_mini"], out, "q2", tool("ds4-quantize"))
+    assert p.returncode == 1
+    assert "ds4-quantize --quant q2 failed" in p.stderr and "cannot be stored as IQ2_XXS" in p.stderr, p.stderr
+    assert os.listdir(tmp_path) == [], "neither the temporary f32 file nor a partial output may remain"
+
+
+def test_ds4_convert_q2_without_ds4_quantize(hf_dirs, tmp_path, monkeypatch):
+    p = run_convert(hf_dirs["flash_ratios"], tmp_path / "x.gguf", "q2", str(tmp_path / "no-such-binary"))
+    assert p.returncode == 1 and "DS4_QUANTIZE=" in p.stderr and "not an executable" in p.stderr, p.stderr
+    assert os.listdir(tmp_path) == []
+    # no DS4_QUANTIZE, no build/bin next to the script, nothing on PATH
+    monkeypatch.delenv("DS4_QUANTIZE", raising=False)
+    monkeypatch.setattr(ds4_convert, "__file__", str(tmp_path / "a" / "b" / "ds4_convert.py"))
+    monkeypatch.setattr(ds4_convert.shutil, "which", lambda name: None)
+    with pytest.raises(ds4_convert.ConvertError, match="need the C\\+\\+ requantizer ds4-quantize"):
+        ds4_convert.convert(hf_dirs["flash_ratios"], tmp_path / "x.gguf", "q2")
+    assert os.listdir(tmp_path) == []
