@@ -7,6 +7,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/vector_ops.h"
 #include "common/error.h"
+#include "quant/kernels_ref.h"
 #include "quant/quant.h"
 #include "runtime/attention.h"
 #include "runtime/hyper_connections.h"
@@ -27,15 +28,32 @@ ForwardContext::ForwardContext(const model::HParams &hp_, const model::ModelWeig
                                               hp_.rope_scaling_factor, double(hp_.rope_orig_ctx),
                                               hp_.yarn_beta_fast, hp_.yarn_beta_slow)) {}
 
-void ForwardContext::linear(model::Tensor t, const float *X, float *Y, int64_t m) {
-    backend::cpu::matmul(pool, scratch, t->type, t->data, static_cast<int64_t>(t->ne[1]),
-                         static_cast<int64_t>(t->ne[0]), X, m, Y);
+void ForwardContext::matmul(GgmlType type, const void *w, int64_t n_rows, int64_t k, const float *X,
+                            int64_t m, float *Y) {
+    const auto matrix = backend::cpu::dense_matrix(type, w, n_rows, k);
+    if (!opts.llama_cpp_rounding) {
+        backend::cpu::matmul(pool, scratch, matrix, X, m, Y);
+        return;
+    }
+    if (type == GgmlType::F16) {  // ggml converts the activations to the weight's type
+        f16_rounded_.resize(static_cast<size_t>(m * k));
+        for (size_t i = 0; i < f16_rounded_.size(); ++i)
+            f16_rounded_[i] = quant::ref::f16_to_f32(quant::ref::f32_to_f16(X[i]));
+        X = f16_rounded_.data();
+    }
+    const auto x = backend::cpu::quantize_activations(pool, scratch, type, X, m, k,
+                                                      backend::cpu::ActivationRounding::LlamaCpp);
+    backend::cpu::matmul_activations(pool, matrix, x, Y);
 }
 
+void ForwardContext::linear(model::Tensor t, const float *X, float *Y, int64_t m) {
+    matmul(t->type, t->data, static_cast<int64_t>(t->ne[1]), static_cast<int64_t>(t->ne[0]), X, m,
+           Y);
+}
 void ForwardContext::linear_rows(model::Tensor t, int64_t row0, int64_t n_rows, const float *X,
                                  float *Y, int64_t m) {
-    backend::cpu::matmul(pool, scratch, t->type, t->data + row0 * t->row_bytes(), n_rows,
-                         static_cast<int64_t>(t->ne[0]), X, m, Y);
+    matmul(t->type, t->data + row0 * t->row_bytes(), n_rows, static_cast<int64_t>(t->ne[0]), X, m,
+           Y);
 }
 
 const std::vector<float> &Forward::eval(const std::vector<int32_t> &tokens, KvCache &cache) {

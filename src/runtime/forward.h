@@ -26,6 +26,11 @@ struct ForwardOptions {
     // Simulate the FP8 KV and Hadamard+FP4 indexer quantization the model was trained with
     // (MODEL.md 4.0). Off only to compare with references that omit it (transformers).
     bool qat_sim = true;
+    // Round as llama.cpp's CPU backend does, for comparisons with it only (docs/LLAMACPP.md):
+    // activations of F16 weights are rounded to f16 (ggml converts them to the weight's type),
+    // and the route weight scales each expert's output after W2 instead of its input before.
+    // Both are equal to the default in exact arithmetic; ds4 keeps f32 (MODEL.md 4.6, 10.4).
+    bool llama_cpp_rounding = false;
 };
 
 // Everything a sublayer needs: the model, the threads, scratch, and the two RoPE tables.
@@ -49,6 +54,13 @@ struct ForwardContext {
     // Same over `n_rows` rows starting at row `row0` of a 2-D tensor.
     void linear_rows(model::Tensor w, int64_t row0, int64_t n_rows, const float *X, float *Y,
                      int64_t m = 1);
+    // Y = X W^T for a dense matrix of n_rows rows of k values in `type` (with the activation
+    // rounding that opts asks for).
+    void matmul(GgmlType type, const void *w, int64_t n_rows, int64_t k, const float *X, int64_t m,
+                float *Y);
+
+  private:
+    std::vector<float> f16_rounded_;  // llama_cpp_rounding: activations of F16 weights
 };
 
 // Hyper-connection state of one token: n_hc streams of n_embd values, stream-major.

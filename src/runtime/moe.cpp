@@ -103,16 +103,21 @@ void moe_batch(ForwardContext &ctx, uint32_t il, const float *XN,
         G.resize(m * F);
         U.resize(m * F);
         D.resize(m * E);
-        backend::cpu::matmul(ctx.pool, ctx.scratch, type_gu, b.gate, F, E, X.data(), m, G.data());
-        backend::cpu::matmul(ctx.pool, ctx.scratch, type_gu, b.up, F, E, X.data(), m, U.data());
-        for (int64_t j = 0; j < m; ++j) {
-            const float weight = routes[who[j].first].weights[who[j].second];
-            swiglu(G.data() + j * F, U.data() + j * F, F, clamp, weight);
-        }
-        backend::cpu::matmul(ctx.pool, ctx.scratch, type_d, b.down, E, F, G.data(), m, D.data());
+        ctx.matmul(type_gu, b.gate, F, E, X.data(), m, G.data());
+        ctx.matmul(type_gu, b.up, F, E, X.data(), m, U.data());
+        // ds4 scales W2's input by the route weight; llama.cpp scales its output (the same in
+        // exact arithmetic, but W2's Q8_0 activation rounding differs).
+        const bool weight_after_down = ctx.opts.llama_cpp_rounding;
+        auto route_weight = [&](int64_t j) { return routes[who[j].first].weights[who[j].second]; };
         for (int64_t j = 0; j < m; ++j)
-            std::copy_n(D.data() + j * E, E,
-                        slot_out.data() + (who[j].first * K + who[j].second) * E);
+            swiglu(G.data() + j * F, U.data() + j * F, F, clamp,
+                   weight_after_down ? 1.0f : route_weight(j));
+        ctx.matmul(type_d, b.down, E, F, G.data(), m, D.data());
+        for (int64_t j = 0; j < m; ++j) {
+            float *out = slot_out.data() + (who[j].first * K + who[j].second) * E;
+            const float w = weight_after_down ? route_weight(j) : 1.0f;
+            for (uint32_t d = 0; d < E; ++d) out[d] = D[j * E + d] * w;
+        }
     }
 
     const uint32_t FS = F * hp.n_expert_shared;

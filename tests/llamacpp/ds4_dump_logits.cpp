@@ -3,15 +3,19 @@
 // after each one the full logit row is written as raw little-endian f32, so the output file is a
 // [n_tokens, n_vocab] f32 matrix.
 //
-//   ds4-dump-logits MODEL.gguf TOKENS OUT.f32 [--qat 0|1] [--f16-rows 0|1] [--threads N]
+//   ds4-dump-logits MODEL.gguf TOKENS OUT.f32 [--qat 0|1] [--f16-rows 0|1] [--llama-rounding 0|1]
+//   [--fresh 0|1]
+//                   [--threads N]
 //
 // TOKENS: comma-separated token ids. --qat: the FP8 KV / FP4 indexer simulation (default 1, the
 // engine's default); --f16-rows: cached rows rounded to f16 (default: the session's default, f16
-// iff --qat 1).
+// iff --qat 1); --llama-rounding: round as llama.cpp's CPU backend does (ForwardOptions);
+// --fresh: every token in a new session, at position 0.
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +27,7 @@ namespace {
 int usage() {
     std::fprintf(stderr,
                  "usage: ds4-dump-logits MODEL.gguf TOKENS OUT.f32 [--qat 0|1] [--f16-rows 0|1] "
+                 "[--llama-rounding 0|1] [--fresh 0|1] "
                  "[--threads N]\n");
     return 2;
 }
@@ -36,7 +41,7 @@ int run(int argc, char **argv) {
         std::string item;
         while (std::getline(ss, item, ',')) tokens.push_back(static_cast<int32_t>(std::stol(item)));
     }
-    bool qat = true;
+    bool qat = true, llama_rounding = false, fresh = false;
     int f16_rows = -1, threads = 1;
     for (int i = 4; i < argc; i += 2) {
         if (i + 1 >= argc) return usage();
@@ -45,6 +50,10 @@ int run(int argc, char **argv) {
             qat = val != "0";
         else if (opt == "--f16-rows")
             f16_rows = val != "0" ? 1 : 0;
+        else if (opt == "--llama-rounding")
+            llama_rounding = val != "0";
+        else if (opt == "--fresh")
+            fresh = val != "0";
         else if (opt == "--threads")
             threads = std::stoi(val);
         else
@@ -56,11 +65,13 @@ int run(int argc, char **argv) {
         ds4::runtime::SessionOptions so{.ctx = static_cast<uint32_t>(tokens.size() + 1),
                                         .chunk = 1};
         so.forward.qat_sim = qat;
+        so.forward.llama_cpp_rounding = llama_rounding;
         so.f16_rows = f16_rows;
-        ds4::runtime::Session session(*model, so);
         std::ofstream out(out_path, std::ios::binary);
+        auto session = std::make_unique<ds4::runtime::Session>(*model, so);
         for (size_t i = 0; i < tokens.size(); ++i) {
-            const auto &logits = session.eval(std::vector<int32_t>{tokens[i]});
+            if (fresh && i > 0) session = std::make_unique<ds4::runtime::Session>(*model, so);
+            const auto &logits = session->eval(std::vector<int32_t>{tokens[i]});
             out.write(reinterpret_cast<const char *>(logits.data()),
                       static_cast<std::streamsize>(logits.size() * sizeof(float)));
         }
