@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <mutex>
+#include <string>
 #include <vector>
 
+#include "backend/cpu/thread_pool.h"
 #include "common/error.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
@@ -15,8 +18,9 @@
 namespace ds4::model {
 
 void requantize_model(const std::string &in_path, const std::string &out_path, QuantMix mix,
-                      bool progress) {
+                      bool progress, int n_threads) {
     auto in = gguf::File::open(in_path);
+    backend::cpu::ThreadPool pool(n_threads);
     const HParams hp = HParams::from_gguf(*in);
     ModelWeights w = ModelWeights::bind(*in, hp);
     gguf::Writer out;
@@ -36,24 +40,39 @@ void requantize_model(const std::string &in_path, const std::string &out_path, Q
                 fmt::format("tensor '{}': rows of {} values cannot be stored as {} (blocks of {})",
                             t->name, row, ggml_type_name(type), ggml_type_info(type).block_elems));
         out.add_tensor_lazy(
-            t->name, type, t->ne, [t, type, row, progress](uint8_t *dst, size_t n_bytes) {
-                const uint64_t n_rows = t->n_elements / row;
+            t->name, type, t->ne, [t, type, row, progress, &pool](uint8_t *dst, size_t n_bytes) {
+                const int64_t n_rows = static_cast<int64_t>(t->n_elements / row);
                 if (type == t->type) {
                     std::copy(t->data, t->data + n_bytes, dst);
                     return;
                 }
                 const size_t src_row = t->row_bytes(), dst_row = ggml_row_bytes(type, row);
-                std::vector<float> buf(row);
-                for (uint64_t r = 0; r < n_rows; ++r) {
-                    quant::dequantize_row(t->type, t->data + r * src_row, buf.data(),
-                                          static_cast<int64_t>(row));
-                    try {
-                        quant::quantize_row(type, buf.data(), dst + r * dst_row,
-                                            static_cast<int64_t>(row));
-                    } catch (const Error &e) {
-                        throw Error(fmt::format("tensor '{}', row {}: {}", t->name, r, e.what()));
+                // Each thread quantizes whole rows; the first failing row (lowest index) is
+                // reported once every thread is done.
+                std::mutex failure_mutex;
+                int64_t failed_row = n_rows;
+                std::string failure;
+                pool.parallel_for(n_rows, 1, [&](int64_t begin, int64_t end, int) {
+                    std::vector<float> buf(row);
+                    for (int64_t r = begin; r < end; ++r) {
+                        quant::dequantize_row(t->type, t->data + r * src_row, buf.data(),
+                                              static_cast<int64_t>(row));
+                        try {
+                            quant::quantize_row(type, buf.data(), dst + r * dst_row,
+                                                static_cast<int64_t>(row));
+                        } catch (const Error &e) {
+                            const std::lock_guard<std::mutex> lock(failure_mutex);
+                            if (r < failed_row) {
+                                failed_row = r;
+                                failure = e.what();
+                            }
+                            return;
+                        }
                     }
-                }
+                });
+                if (failed_row < n_rows)
+                    throw Error(
+                        fmt::format("tensor '{}', row {}: {}", t->name, failed_row, failure));
                 if (progress && n_bytes >= (16u << 20))
                     fmt::print(stderr, "quantize: {} -> {}\n", t->name, ggml_type_name(type));
             });

@@ -11,7 +11,8 @@ namespace ds4::model {
 
 // Throws ds4::Error for a mix whose types have no quantizer here, for shapes a type cannot hold
 // (rows not a multiple of the block size) and for values a quantizer refuses (IQ2_XXS: inf/NaN).
+// Rows are quantized on n_threads threads (0: one per core); the output does not depend on it.
 void requantize_model(const std::string &in_path, const std::string &out_path, QuantMix mix,
-                      bool progress);
+                      bool progress, int n_threads = 0);
 
 }  // namespace ds4::model

@@ -5,8 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <limits>
 #include <map>
 
 #include "common/error.h"
@@ -237,6 +242,38 @@ TEST(Requantize, F32ToPublishedMixes) {
         EXPECT_LT(std::sqrt(err / ref), mix == QuantMix::Q8_0 ? 0.01
                                         : mix == QuantMix::Q4 ? 0.12
                                                               : 0.40);
+    }
+}
+
+// A value a quantizer refuses (IQ2_XXS: NaN) names its tensor and row, whichever thread met it,
+// and leaves no output file.
+TEST(Requantize, NonFiniteWeightNamesTensorAndRow) {
+    const std::string &src = tiny_path(QuantMix::F32);
+    uint64_t nan_at = 0, row_values = 0;
+    {
+        auto f = gguf::File::open(src);
+        const gguf::TensorInfo *t = f->find_tensor("blk.3.ffn_up_exps.weight");
+        ASSERT_NE(t, nullptr);
+        row_values = t->ne[0];
+        nan_at = f->data_offset() + t->offset + sizeof(float) * (5 * row_values + 7);  // row 5
+    }
+    std::ifstream in(src, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(&bytes[nan_at], &nan, sizeof(nan));
+    const std::string bad = tmp_path("requant-nan-f32.gguf"), out = tmp_path("requant-nan-q2.gguf");
+    std::ofstream(bad, std::ios::binary) << bytes;
+    std::remove(out.c_str());
+    for (int threads : {1, 2, 3}) {
+        try {
+            requantize_model(bad, out, QuantMix::Q2, false, threads);
+            ADD_FAILURE() << "a NaN weight was quantized to IQ2_XXS";
+        } catch (const Error &e) {
+            EXPECT_NE(std::string(e.what()).find("tensor 'blk.3.ffn_up_exps.weight', row 5"),
+                      std::string::npos)
+                << e.what();
+        }
+        EXPECT_FALSE(std::filesystem::exists(out)) << threads << " threads";
     }
 }
 

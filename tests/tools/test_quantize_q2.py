@@ -1,4 +1,4 @@
-"""The published quant mixes end to end: ds4-quantize --quant q2, and ds4-convert --quant q2/q4 (an f32
+"""The published quant mixes end to end: ds4-quantize --quant q2, and ds4-convert --quant q2/q4 (an f16
 conversion into a temporary file, then ds4-quantize), on the tiny flash_ratios model of tests/model
 (hidden and expert widths 256, so its experts fit the 256-value IQ2_XXS / Q2_K / Q4_K blocks).
 
@@ -82,6 +82,13 @@ def test_ds4_quantize_q2(tool, f32_gguf, tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     check_mix(tool, out, f32_gguf, "q2")
+    # rows are quantized in parallel: the file must not depend on the thread count
+    for threads in ("1", "3"):
+        other = tmp_path / f"q2-t{threads}.gguf"
+        p = subprocess.run([tool("ds4-quantize"), str(f32_gguf), str(other), "--quant", "q2", "-q", "-t", threads],
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        assert other.read_bytes() == out.read_bytes(), f"-t {threads} wrote a different file"
 
 
 @pytest.mark.parametrize("mix", ["q2", "q4"])
@@ -89,7 +96,7 @@ def test_ds4_convert_requantized_mixes(tool, hf_dirs, f32_gguf, tmp_path, mix):
     out = tmp_path / f"{mix}.gguf"
     p = run_convert(hf_dirs["flash_ratios"], out, mix, tool("ds4-quantize"))
     assert p.returncode == 0, p.stderr
-    assert sorted(os.listdir(tmp_path)) == [out.name], "the temporary f32 file must be removed"
+    assert sorted(os.listdir(tmp_path)) == [out.name], "the temporary f16 file must be removed"
     check_mix(tool, out, f32_gguf, mix)
 
 

@@ -26,8 +26,9 @@ Quant mixes (--quant):
         (a Q8_0 tensor whose ne0 is not a multiple of 32 falls back to F16, with a warning)
   q2    the published q2 layout: routed gate/up IQ2_XXS, down Q2_K, the rest as q8_0
   q4    the published q4 layout: routed experts Q4_K, the rest as q8_0
-        q2/q4: gguf-py has no IQ2_XXS/Q2_K/Q4_K quantizer, so the converter writes an f32 GGUF to a
-        temporary file next to OUT (4 bytes per parameter: room is needed for it) and runs the C++
+        q2/q4: gguf-py has no IQ2_XXS/Q2_K/Q4_K quantizer, so the converter writes an f16 GGUF (F32
+        where the layout keeps F32) to a temporary file next to OUT (2 bytes per parameter: room is
+        needed for it, ~570 GB for Flash) and runs the C++
         requantizer ds4-quantize on it: $DS4_QUANTIZE if set, else build/bin/ds4-quantize of this
         repository, else ds4-quantize on PATH. The temporary file is removed in every case.
 
@@ -817,7 +818,7 @@ def _write_chunks(w, chunks, nbytes: int) -> None:
     w.write_padding(fout, nbytes)
 
 
-REQUANTIZED = ("q2", "q4")  # mixes written by ds4-quantize from an f32 conversion
+REQUANTIZED = ("q2", "q4")  # mixes written by ds4-quantize from an f16 conversion
 
 
 def find_ds4_quantize() -> Path:
@@ -838,14 +839,15 @@ def find_ds4_quantize() -> Path:
 
 
 def convert_requantized(hf_dir: Path, out: Path, quant: str, name: str | None, log) -> dict:
-    """q2/q4: an f32 conversion into a temporary file next to `out`, then ds4-quantize to `out`."""
+    """q2/q4: an f16 conversion (F32 where the layout keeps F32) into a temporary file next to `out`,
+    then ds4-quantize to `out`."""
     import gguf
     quantizer = find_ds4_quantize()  # before the (long) f32 conversion
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".f32.gguf", dir=out.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        r = convert(hf_dir, tmp, "f32", name, log)
+        r = convert(hf_dir, tmp, "f16", name, log)
         # its progress and errors go straight to our stderr (a full model takes hours)
         p = subprocess.run([str(quantizer), str(tmp), str(out), "--quant", quant])
         if p.returncode != 0:
