@@ -386,19 +386,29 @@ struct Q2kBlockWeights {
     float d, dmin;     // f16(d), f16(dmin)
 };
 
-inline void q2k_block_weights(const BlockQ2_K &wq, Q2kBlockWeights &bw) {
+// vpshufb controls of step t: 128-bit lane L holds sub-block 4t + L, its 4-bit scale copied into
+// both int16 halves of each int32 (bytes s, 0, s, 0; 0x80 selects zero).
+struct Q2kScaleControls {
+    __m512i step[4];
+    Q2kScaleControls() {
+        alignas(64) int8_t c[4][64];
+        for (int t = 0; t < 4; ++t)
+            for (int p = 0; p < 64; ++p)
+                c[t][p] = (p % 2 == 0) ? static_cast<int8_t>(4 * t + p / 16) : int8_t(-128);
+        for (int t = 0; t < 4; ++t) step[t] = _mm512_load_si512(c[t]);
+    }
+};
+
+inline void q2k_block_weights(const BlockQ2_K &wq, const Q2kScaleControls &controls,
+                              Q2kBlockWeights &bw) {
     const __m512i mask2 = _mm512_set1_epi8(3);
     const __m128i mask4 = _mm_set1_epi8(0x0F);
     const __m512i shift_01 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
     const __m512i shift_23 = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
-    const __m512i pick0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m128i packed = load128(wq.scales);
     bw.mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), mask4));
-    const __m512i scales =
-        repeat_in_both_i16_halves(_mm512_cvtepu8_epi32(_mm_and_si128(packed, mask4)));
-    for (int t = 0; t < 4; ++t)
-        bw.scale[t] =
-            _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set1_epi32(4 * t), pick0), scales);
+    const __m512i scales = _mm512_broadcast_i32x4(_mm_and_si128(packed, mask4));
+    for (int t = 0; t < 4; ++t) bw.scale[t] = _mm512_shuffle_epi8(scales, controls.step[t]);
     const __m512i bits_h0 = broadcast256(wq.qs);
     const __m512i bits_h1 = broadcast256(wq.qs + 32);
     bw.v[0] = _mm512_and_si512(_mm512_srlv_epi64(bits_h0, shift_01), mask2);
@@ -431,9 +441,10 @@ float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
     const auto *xb = static_cast<const BlockQ8_K *>(x);
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
+    const Q2kScaleControls controls;
     Q2kBlockWeights bw;
     for (int64_t b = 0; b < n / kQK_K; ++b) {
-        q2k_block_weights(wb[b], bw);
+        q2k_block_weights(wb[b], controls, bw);
         q2k_block_accumulate(bw, xb[b], acc, acc_min);
     }
     return hsum_f32x16(acc) + hsum_f32x8(acc_min);
@@ -443,6 +454,7 @@ float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
 void vec_dot_multi_q2_K_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
                              float *out, int64_t out_stride) {
     const auto *wb = static_cast<const BlockQ2_K *>(w);
+    const Q2kScaleControls controls;
     Q2kBlockWeights bw;
     for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
         const int64_t rows = std::min(kMultiRows, m - j0);
@@ -453,7 +465,7 @@ void vec_dot_multi_q2_K_q8_K(int64_t n, const void *w, const void *x, size_t x_s
             acc_min[j] = _mm256_setzero_ps();
         }
         for (int64_t b = 0; b < n / kQK_K; ++b) {
-            q2k_block_weights(wb[b], bw);
+            q2k_block_weights(wb[b], controls, bw);
             for (int64_t j = 0; j < rows; ++j) {
                 const auto *xq = reinterpret_cast<const BlockQ8_K *>(
                                      static_cast<const uint8_t *>(x) + (j0 + j) * x_stride) +
