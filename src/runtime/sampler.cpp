@@ -35,45 +35,51 @@ uint64_t Sampler::next_random() {
 
 int32_t Sampler::sample(const std::vector<float> &logits) {
     if (params_.temperature == 0.0f) return argmax(logits);
-    // Candidates sorted by logit (ties to the lower id), then filtered.
-    std::vector<int32_t> ids(logits.size());
-    std::iota(ids.begin(), ids.end(), 0);
-    const size_t keep =
-        params_.top_k > 0 ? std::min<size_t>(params_.top_k, ids.size()) : ids.size();
-    std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), [&](int32_t a, int32_t b) {
+    auto better = [&](int32_t a, int32_t b) {  // higher logit first, ties to the lower id
         return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    ids.resize(keep);
-    std::vector<double> p(ids.size());
-    const double mx = logits[ids[0]];
-    double sum = 0;
-    for (size_t i = 0; i < ids.size(); ++i)
-        sum += (p[i] = std::exp((logits[ids[i]] - mx) / params_.temperature));
-    for (auto &v : p) v /= sum;
-    size_t n = ids.size();
-    if (params_.min_p > 0) {  // drop tokens below min_p x the top probability
-        size_t m = 1;
-        while (m < n && p[m] >= params_.min_p * p[0]) ++m;
-        n = m;
+    };
+    if (logits.empty()) throw Error("sampling from empty logits");
+    // Weights relative to the top token, exp((l - max) / T); min-p keeps those >= min_p. The
+    // survivors are found in one pass, so only they are sorted (with min_p 0.05 and T = 1,
+    // logits more than 3 below the top are gone).
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    survivors_.clear();
+    auto consider = [&](int32_t id) {
+        const double w = std::exp((double(logits[id]) - mx) / params_.temperature);
+        if (w > 0.0 && w >= params_.min_p) survivors_.push_back({id, w});
+    };
+    if (params_.top_k > 0) {  // pre-selects the k best logits (capped at kMaxTopK, as ds4 does)
+        ids_.resize(logits.size());
+        std::iota(ids_.begin(), ids_.end(), 0);
+        const size_t k = std::min<size_t>({size_t(params_.top_k), kMaxTopK, ids_.size()});
+        std::nth_element(ids_.begin(), ids_.begin() + (k - 1), ids_.end(), better);
+        for (size_t i = 0; i < k; ++i) consider(ids_[i]);
+    } else {
+        for (size_t i = 0; i < logits.size(); ++i) consider(static_cast<int32_t>(i));
     }
-    if (params_.top_p < 1) {  // smallest prefix whose mass reaches top_p
+    std::sort(survivors_.begin(), survivors_.end(),
+              [&](const Candidate &a, const Candidate &b) { return better(a.id, b.id); });
+    double total = 0;
+    for (const Candidate &c : survivors_) total += c.weight;
+    size_t n = survivors_.size();
+    if (params_.top_p < 1) {  // smallest prefix of the survivors whose mass reaches top_p
         double acc = 0;
         size_t m = 0;
         while (m < n) {
-            acc += p[m++];
-            if (acc >= params_.top_p) break;
+            acc += survivors_[m++].weight;
+            if (acc >= params_.top_p * total) break;
         }
         n = m;
     }
     double mass = 0;
-    for (size_t i = 0; i < n; ++i) mass += p[i];
+    for (size_t i = 0; i < n; ++i) mass += survivors_[i].weight;
     const double u = double(next_random() >> 11) * 0x1.0p-53 * mass;
     double acc = 0;
     for (size_t i = 0; i < n; ++i) {
-        acc += p[i];
-        if (u < acc) return ids[i];
+        acc += survivors_[i].weight;
+        if (u < acc) return survivors_[i].id;
     }
-    return ids[n - 1];
+    return survivors_[n - 1].id;
 }
 
 std::vector<std::pair<int32_t, float>> top_logprobs(const std::vector<float> &logits, int k) {

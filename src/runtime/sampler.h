@@ -1,7 +1,11 @@
 #pragma once
-// Next-token selection from logits (MODEL.md 7.4): greedy at temperature 0 (first maximal
-// index), otherwise temperature, then top-k, top-p and min-p filters, then a draw from an
-// xorshift64* generator seeded by the user. Also the log-probabilities of the top tokens.
+// Next-token selection from logits (MODEL.md 7.4, SURFACES.md 1): greedy at temperature 0 (first
+// maximal index); otherwise top-k (capped at 1024) pre-selects the best logits, min-p keeps the
+// candidates whose probability after temperature is at least min_p x the top one's, top-p keeps
+// the smallest prefix of those survivors (sorted, renormalized) whose mass reaches top_p, and an
+// xorshift64* generator seeded by the user draws from what is left. Also the log-probabilities
+// of the top tokens.
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -22,10 +26,18 @@ class Sampler {
     int32_t sample(const std::vector<float> &logits);
     const SamplerParams &params() const { return params_; }
 
+    static constexpr size_t kMaxTopK = 1024;
+
   private:
+    struct Candidate {
+        int32_t id;
+        double weight;  // exp((logit - max) / T)
+    };
     uint64_t next_random();  // xorshift64*
     SamplerParams params_;
     uint64_t state_;
+    std::vector<int32_t> ids_;  // scratch, reused between calls
+    std::vector<Candidate> survivors_;
 };
 
 int32_t argmax(const std::vector<float> &logits);

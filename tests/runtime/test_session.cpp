@@ -160,4 +160,31 @@ TEST(Sampler, GreedyTopKAndSeeds) {
     EXPECT_THROW(Sampler({.top_p = 0.0f}), Error);
 }
 
+// SURFACES.md 1: min-p first (relative to the top token), then top-p over the sorted survivors,
+// renormalized: here min-p removes token 2 (weight 0.05 < 0.06), so the survivors are 0 and 1 with
+// half the mass each and top-p 0.5 keeps token 0 alone (over all three tokens it would need
+// 0.5 x 2.05 and keep 0 and 1).
+TEST(Sampler, TopPAppliesToTheMinPSurvivors) {
+    const std::vector<float> logits = {0.0f, 0.0f, std::log(0.05f)};
+    Sampler s({.temperature = 1.0f, .top_p = 0.5f, .min_p = 0.06f, .seed = 5});
+    for (int i = 0; i < 200; ++i) EXPECT_EQ(s.sample(logits), 0);
+    Sampler all({.temperature = 1.0f, .top_p = 1.0f, .min_p = 0.0f, .seed = 5});
+    int seen[3] = {};
+    for (int i = 0; i < 3000; ++i) ++seen[all.sample(logits)];
+    EXPECT_GT(seen[2], 30);  // without min-p the third token is drawn (p = 0.024)
+    EXPECT_GT(seen[1], 1200);
+}
+
+// top-k is capped at 1024 candidates: with a flat distribution over 2000 tokens, a larger k never
+// reaches past the 1024 best.
+TEST(Sampler, TopKIsCappedAt1024) {
+    std::vector<float> logits(2000);
+    for (size_t i = 0; i < logits.size(); ++i) logits[i] = -1e-4f * static_cast<float>(i);
+    Sampler s({.temperature = 1.0f, .min_p = 0.0f, .top_k = 5000, .seed = 11});
+    int highest = 0;
+    for (int i = 0; i < 20000; ++i) highest = std::max(highest, s.sample(logits));
+    EXPECT_LT(highest, 1024);
+    EXPECT_GT(highest, 1000);  // and the cap is not lower
+}
+
 }  // namespace
