@@ -271,57 +271,90 @@ float vec_dot_bf16_f32(int64_t n, const void *w, const void *x) {
 
 // y = sum_b f16(d_w) * f16(d_x) * sum_i w_i x_i. Both operands are widened to int16 (vpmaddwd is
 // exact for -128 * -128, which the 8-bit tricks are not).
+namespace {
+
+// Q8_0 blocks as 8 int32 lanes of 4 adjacent products each (vpdpbusd), exactly for every int8 pair:
+// the activation is biased to unsigned (x + 128, an xor of the sign bit) and the bias comes
+// back out through the accumulator's start value, -128 * (sum of 4 weights) per lane:
+//   sum_i (x_i + 128) w_i - 128 sum_i w_i = sum_i x_i w_i.
+struct Q8BlockWeights {
+    __m256i w;       // the int8 weights, the signed VNNI operand
+    __m256i unbias;  // -128 * sum of each lane's 4 weights
+    float d;
+};
+
+inline void q8_block_weights(const BlockQ8_0 &wq, Q8BlockWeights &bw) {
+    bw.w = load256(wq.qs);
+    const __m256i sum128 =
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(-128), bw.w);
+    bw.unbias = _mm256_sub_epi32(_mm256_setzero_si256(), sum128);
+    bw.d = simd::f16_to_f32(wq.d);
+}
+
+inline __m256 q8_block_scaled(const Q8BlockWeights &bw, const BlockQ8_0 &xq, __m256 acc) {
+    const __m256i x_biased = _mm256_xor_si256(load256(xq.qs), _mm256_set1_epi8(-128));
+    const __m256i sum = _mm256_dpbusd_epi32(bw.unbias, x_biased, bw.w);
+    return _mm256_fmadd_ps(_mm256_set1_ps(bw.d * simd::f16_to_f32(xq.d)), _mm256_cvtepi32_ps(sum),
+                           acc);
+}
+
+}  // namespace
+
+// Blocks alternate between two accumulators (even, odd), each a chain of fma over 8 lanes. Two
+// blocks per zmm: lanes 0-7 are block b (the even chain), lanes 8-15 block b + 1 (the odd chain),
+// so every lane sees the operations of vec_dot_multi_q8_0_q8_0's ymm chains, bit for bit.
 float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
     const auto *wb = static_cast<const BlockQ8_0 *>(w);
     const auto *xb = static_cast<const BlockQ8_0 *>(x);
     const int64_t nb = n / kQK8_0;
-    auto block_dot = [&](int64_t k) {
-        const __m512i wv = _mm512_cvtepi8_epi16(load256(wb[k].qs));
-        const __m512i xv = _mm512_cvtepi8_epi16(load256(xb[k].qs));
-        return _mm512_cvtepi32_ps(_mm512_madd_epi16(wv, xv));
+    const __m512i bias = _mm512_set1_epi8(-128);
+    auto pair = [](const BlockQ8_0 &a, const BlockQ8_0 &b) {
+        return _mm512_inserti64x4(_mm512_castsi256_si512(load256(a.qs)), load256(b.qs), 1);
     };
-    auto block_scale = [&](int64_t k) {
-        return _mm512_set1_ps(simd::f16_to_f32(wb[k].d) * simd::f16_to_f32(xb[k].d));
-    };
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        acc0 = _mm512_fmadd_ps(block_scale(b), block_dot(b), acc0);
-        acc1 = _mm512_fmadd_ps(block_scale(b + 1), block_dot(b + 1), acc1);
+        const __m512i wv = pair(wb[b], wb[b + 1]);
+        const __m512i unbias = _mm512_sub_epi32(
+            _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv));
+        const __m512i sum =
+            _mm512_dpbusd_epi32(unbias, _mm512_xor_si512(pair(xb[b], xb[b + 1]), bias), wv);
+        const __m512 scale = _mm512_insertf32x8(
+            _mm512_set1_ps(simd::f16_to_f32(wb[b].d) * simd::f16_to_f32(xb[b].d)),
+            _mm256_set1_ps(simd::f16_to_f32(wb[b + 1].d) * simd::f16_to_f32(xb[b + 1].d)), 1);
+        acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc);
     }
-    if (b < nb) acc0 = _mm512_fmadd_ps(block_scale(b), block_dot(b), acc0);
-    return hsum_f32x16(_mm512_add_ps(acc0, acc1));
+    __m256 even = _mm512_castps512_ps256(acc);
+    const __m256 odd = _mm512_extractf32x8_ps(acc, 1);
+    if (b < nb) {  // an odd last block goes to the even chain
+        Q8BlockWeights bw;
+        q8_block_weights(wb[b], bw);
+        even = q8_block_scaled(bw, xb[b], even);
+    }
+    return hsum_f32x8(_mm256_add_ps(even, odd));
 }
 
-// Per block: 16 int32 lanes of adjacent product pairs (vpmaddwd), scaled by f16(d_w) f16(d_x)
-// into one of two accumulators (even and odd blocks). The weight block is widened once for all
-// m activation rows; each row sees the same operations in the same order as a single dot.
+// The same for m activation rows: the weight block and its bias correction are computed once.
 void vec_dot_multi_q8_0_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
                              float *out, int64_t out_stride) {
     const auto *wb = static_cast<const BlockQ8_0 *>(w);
-    const int64_t nb = n / kQK8_0;
-    auto x_block = [&](int64_t j, int64_t b) {
-        return reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride) +
-               b;
-    };
+    Q8BlockWeights bw;
     for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
         const int64_t rows = std::min(kMultiRows, m - j0);
-        __m512 acc[2][kMultiRows];
-        for (int64_t j = 0; j < rows; ++j) acc[0][j] = acc[1][j] = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            const __m512i wv = _mm512_cvtepi8_epi16(load256(wb[b].qs));
-            const float dw = simd::f16_to_f32(wb[b].d);
-            // an odd last block goes to the even accumulator, as in the two-way unrolled loop
-            __m512 *a = acc[(b % 2 == 1) ? 1 : 0];
+        __m256 acc[2][kMultiRows];
+        for (int64_t j = 0; j < rows; ++j) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < n / kQK8_0; ++b) {
+            q8_block_weights(wb[b], bw);
+            __m256 *a = acc[b % 2];
             for (int64_t j = 0; j < rows; ++j) {
-                const BlockQ8_0 *xq = x_block(j0 + j, b);
-                const __m512i xv = _mm512_cvtepi8_epi16(load256(xq->qs));
-                a[j] = _mm512_fmadd_ps(_mm512_set1_ps(dw * simd::f16_to_f32(xq->d)),
-                                       _mm512_cvtepi32_ps(_mm512_madd_epi16(wv, xv)), a[j]);
+                const auto *xq = reinterpret_cast<const BlockQ8_0 *>(
+                                     static_cast<const uint8_t *>(x) + (j0 + j) * x_stride) +
+                                 b;
+                a[j] = q8_block_scaled(bw, *xq, a[j]);
             }
         }
         for (int64_t j = 0; j < rows; ++j)
-            out[(j0 + j) * out_stride] = hsum_f32x16(_mm512_add_ps(acc[0][j], acc[1][j]));
+            out[(j0 + j) * out_stride] = hsum_f32x8(_mm256_add_ps(acc[0][j], acc[1][j]));
     }
 }
 
