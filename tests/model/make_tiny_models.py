@@ -3,6 +3,8 @@
 
     # expected logits (needs torch + transformers >= 5.8; writes tests/model/fixtures/<model>/)
     python3 tests/model/make_tiny_models.py --oracle [--models flash_mini,odd_shapes]
+    # the trained model's weights (torch; ~5 min on 2 cores), then its expected logits
+    python3 tests/model/make_tiny_models.py --train --oracle --models trained_mini
     # GGUFs for the C++ parity tests (numpy + gguf + safetensors only, a few seconds)
     python3 tests/model/make_tiny_models.py --gguf-dir build/tiny-models [--quant f32]
 
@@ -24,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -124,6 +125,36 @@ def coverage_probes(counters):
          M.DeepseekV4Indexer.forward, M.DeepseekV4IndexerScorer.forward) = saved
 
 
+def train(name: str, log=print) -> Path:
+    """Trains a `_trained` model from its numpy initialisation on its language (tiny_models.py) and
+    writes fixtures/<name>/model.safetensors (state_dict names, float32)."""
+    import torch
+    from transformers import DeepseekV4ForCausalLM
+
+    tr = tm.MODELS[name]["_trained"]
+    torch.manual_seed(tr["torch_seed"])
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_dir = tm.write_hf_dir(name, Path(tmp) / "hf", weights=tm.init_weights(name))
+        model = DeepseekV4ForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32)
+    rs = np.random.RandomState(tr["data_seed"] + 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=tr["lr"])
+    model.train()
+    t0 = time.time()
+    for step in range(tr["steps"]):
+        x = torch.tensor(tm.language_batch(name, rs, tr["batch"], tr["seq"]))
+        loss = model(x, labels=x, use_cache=False).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 50 == 0 or step == tr["steps"] - 1:
+            log(f"{name}: step {step} loss {float(loss):.4g} ({time.time() - t0:.0f}s)")
+    sd = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    out = tm.trained_weights_path(name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tm.save_safetensors(sd, out)
+    return out
+
+
 def run_oracle(name: str, log=print) -> dict:
     import torch
     import transformers
@@ -132,9 +163,11 @@ def run_oracle(name: str, log=print) -> dict:
     torch.manual_seed(0)
     spec = tm.MODELS[name]
     fdir = tm.fixture_dir(name)
-    if fdir.exists():
-        shutil.rmtree(fdir)
-    fdir.mkdir(parents=True)
+    if fdir.exists():  # a trained model's weights are a fixture too: keep them
+        for f in fdir.iterdir():
+            if f != tm.trained_weights_path(name):
+                f.unlink()
+    fdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir = tm.write_hf_dir(name, Path(tmp) / "hf")
@@ -167,7 +200,7 @@ def run_oracle(name: str, log=print) -> dict:
                              f"{sorted(saved ^ {tm.saved_name(k) for k in ref})[:8]}")
 
         gguf_entry = None
-        if not spec.get("_real_vocab"):
+        if not spec.get("_real_vocab") and not spec.get("_trained"):  # CI rebuilds trained ones
             g = fdir / "model-f32.gguf"
             ds4_convert.convert(hf_dir, g, "f32", name=f"ds4cpp tiny {name}", log=lambda m: None)
             if g.stat().st_size <= MAX_COMMITTED_GGUF:
@@ -276,6 +309,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(tm.MODELS), help="comma-separated subset")
     ap.add_argument("--oracle", action="store_true", help="regenerate fixtures with transformers")
+    ap.add_argument("--train", action="store_true",
+                    help="retrain the trained models (torch) before anything else")
     ap.add_argument("--gguf-dir", type=Path, help="write <model>-<quant>.gguf here (no torch needed)")
     ap.add_argument("--quant", default="f32", choices=ds4_convert.QUANTS)
     args = ap.parse_args()
@@ -283,10 +318,12 @@ def main() -> int:
     for n in names:
         if n not in tm.MODELS:
             ap.error(f"unknown model {n}; known: {', '.join(tm.MODELS)}")
-    if not args.oracle and not args.gguf_dir:
-        ap.error("nothing to do: pass --oracle and/or --gguf-dir")
+    if not args.oracle and not args.gguf_dir and not args.train:
+        ap.error("nothing to do: pass --train, --oracle and/or --gguf-dir")
     for n in names:
         t0 = time.time()
+        if args.train and tm.MODELS[n].get("_trained"):
+            print(f"{n}: trained weights in {train(n)}")
         if args.oracle:
             idx = run_oracle(n)
             cov = idx["coverage_total"]

@@ -94,6 +94,19 @@ MODELS: dict[str, dict] = {
                           "then explain it in one sentence.<｜Assistant｜></think>"}),
 }
 
+# A trained model: flash_mini's shape, its random init trained by make_tiny_models.py --train on a
+# synthetic language in which each token is followed by table[token] (a fixed random permutation
+# of the vocabulary). Random models have near-flat logits, so the FP8/FP4 simulation (MODEL.md 4.0)
+# flips their greedy tokens; a trained model predicts with margins (~8 logits), as the real one
+# does, and the simulation must leave its greedy continuation unchanged. Its weights are the
+# committed fixtures/trained_mini/model.safetensors (torch training is not bit-reproducible across
+# versions; --train rewrites the file).
+MODELS["trained_mini"] = dict(
+    {k: v for k, v in MODELS["flash_mini"].items() if not k.startswith("_")},
+    _seed=1005, _expert_gain=5.0, _shared_gain=4.0,
+    _trained=dict(steps=250, batch=16, seq=48, lr=3e-3, torch_seed=0, data_seed=7),
+    _prompts={"chain": ("chain", 24), "chain_short": ("chain", 6)})
+
 N_GREEDY = 16
 
 
@@ -193,9 +206,39 @@ def init_tensor(name: str, shape: tuple, cfg: dict, spec: dict) -> np.ndarray:
     return n(1.0 / np.sqrt(shape[1]))
 
 
-def build_weights(name: str) -> dict[str, np.ndarray]:
+def init_weights(name: str) -> dict[str, np.ndarray]:
+    """The numpy initialisation: the weights of the random models, the start of the trained ones."""
     cfg, spec = hf_config(name), MODELS[name]
     return {t: init_tensor(t, s, cfg, spec) for t, s in tensor_shapes(cfg).items()}
+
+
+def build_weights(name: str) -> dict[str, np.ndarray]:
+    """The model's weights (state_dict names): the committed trained file, or the initialisation."""
+    if MODELS[name].get("_trained"):
+        path = trained_weights_path(name)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: run python3 tests/model/make_tiny_models.py --train --models {name}")
+        return load_safetensors(path)
+    return init_weights(name)
+
+
+def trained_weights_path(name: str) -> Path:
+    return fixture_dir(name) / "model.safetensors"
+
+
+def language_table(name: str) -> np.ndarray:
+    """The trained model's language: token t is followed by table[t]."""
+    spec = MODELS[name]
+    return np.random.RandomState(spec["_trained"]["data_seed"]).permutation(spec["vocab_size"])
+
+
+def language_batch(name: str, rs: np.random.RandomState, batch: int, seq: int) -> np.ndarray:
+    table = language_table(name)
+    x = np.zeros((batch, seq), np.int64)
+    x[:, 0] = rs.randint(0, MODELS[name]["vocab_size"], batch)
+    for t in range(1, seq):
+        x[:, t] = table[x[:, t - 1]]
+    return x
 
 
 def tokenizer_json(name: str) -> dict:
@@ -233,6 +276,22 @@ def save_safetensors(tensors: dict[str, np.ndarray], path: Path, extra_dtypes: d
             f.write(b)
 
 
+def load_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """Reads what save_safetensors writes (numpy only)."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    dtypes = {v: k for k, v in _ST_NAMES.items()}
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = info["data_offsets"]
+        a = np.frombuffer(raw[8 + n + lo:8 + n + hi], dtype=dtypes[info["dtype"]].newbyteorder("<"))
+        out[name] = a.reshape(info["shape"]).astype(dtypes[info["dtype"]])
+    return out
+
+
 def weights_sha256(tensors: dict[str, np.ndarray]) -> str:
     """Identity of a weight set: sha256 over (name, dtype, shape, bytes) in name order."""
     h = hashlib.sha256()
@@ -249,13 +308,15 @@ def saved_name(state_dict_name: str) -> str:
     return state_dict_name.replace(".kv_norm.", ".norm.")
 
 
-def write_hf_dir(name: str, out_dir: Path, naming: str = "saved") -> Path:
+def write_hf_dir(name: str, out_dir: Path, naming: str = "saved",
+                 weights: dict[str, np.ndarray] | None = None) -> Path:
     """config.json + model.safetensors (+ tokenizer.json) in out_dir; returns out_dir.
 
-    naming "saved": the tensor names save_pretrained writes; "state_dict": model.state_dict()'s."""
+    naming "saved": the tensor names save_pretrained writes; "state_dict": model.state_dict()'s.
+    weights: state_dict-named tensors to write instead of the model's own (build_weights)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(hf_config(name), indent=2) + "\n")
-    w = build_weights(name)
+    w = build_weights(name) if weights is None else weights
     if naming == "saved":
         w = {saved_name(k): v for k, v in w.items()}
     save_safetensors(w, out_dir / "model.safetensors")
@@ -269,11 +330,18 @@ def write_hf_dir(name: str, out_dir: Path, naming: str = "saved") -> Path:
 
 
 def prompt_tokens(name: str) -> dict[str, list[int]]:
-    """Fixed prompts: BOS then ids drawn from a seeded generator (tiny vocabs), or real text."""
+    """Fixed prompts: BOS then ids drawn from a seeded generator (tiny vocabs), real text, or (trained
+    models) a sentence of the model's language from a seeded first token."""
     spec = MODELS[name]
     out = {}
     for pname, p in spec["_prompts"].items():
-        if isinstance(p, str):
+        if isinstance(p, tuple) and p[0] == "chain":  # a sentence of the trained model's language
+            table = language_table(name)
+            ids = [int(_rs(spec["_seed"], "prompt:" + pname).randint(2, spec["vocab_size"]))]
+            while len(ids) < p[1]:
+                ids.append(int(table[ids[-1]]))
+            out[pname] = ids
+        elif isinstance(p, str):
             from tokenizers import Tokenizer
             tok = Tokenizer.from_str(json.dumps(tokenizer_json(name)))
             out[pname] = tok.encode(p, add_special_tokens=False).ids
