@@ -269,8 +269,7 @@ float vec_dot_bf16_f32(int64_t n, const void *w, const void *x) {
                           static_cast<const float *>(x));
 }
 
-// y = sum_b f16(d_w) * f16(d_x) * sum_i w_i x_i. Both operands are widened to int16 (vpmaddwd is
-// exact for -128 * -128, which the 8-bit tricks are not).
+// y = sum_b f16(d_w) * f16(d_x) * sum_i w_i x_i.
 namespace {
 
 // Q8_0 blocks as 8 int32 lanes of 4 adjacent products each (vpdpbusd), exactly for every int8 pair:
