@@ -135,23 +135,26 @@ void iq2_xxs_unpack(const BlockIQ2_XXS *blocks, int count, Iq2Unpacked &out) {
     }
 }
 
+// The 32 values of a Q8_0 block in v[0..3], and their largest magnitude (max(|x|, m) keeps m
+// when x is NaN, like the reference's fmax).
+float q8_0_block_load(const float *x, __m256 v[4]) {
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        m = _mm256_max_ps(abs_f32x8(v[k]), m);
+    }
+    return hmax_f32x8(m);
+}
+
 }  // namespace
 
-// Q8_0 activation row, as gguf-py / ggml quantize_row_q8_0_ref: d = amax/127, id = 1/d (0 when
+// Q8_0 weight row, as gguf-py / ggml quantize_row_q8_0_ref: d = amax/127, id = 1/d (0 when
 // d = 0), q = roundf(x * id), d stored as f16 (round to nearest even).
 void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
     auto *out = static_cast<BlockQ8_0 *>(dst);
     for (int64_t b = 0; b < n / kQK8_0; ++b) {
-        const float *x = src + b * kQK8_0;
         __m256 v[4];
-        // max(|x|, m) keeps m when x is NaN, like the reference's fmax
-        __m256 m = _mm256_setzero_ps();
-        for (int k = 0; k < 4; ++k) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            m = _mm256_max_ps(abs_f32x8(v[k]), m);
-        }
-        const float amax = hmax_f32x8(m);
-        const float d = amax / 127.0f;
+        const float d = q8_0_block_load(src + b * kQK8_0, v) / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         out[b].d = simd::f32_to_f16_rne(d);
         const __m256 vid = _mm256_set1_ps(id);
@@ -167,14 +170,8 @@ void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
 void quantize_row_q8_0_activation(const float *src, void *dst, int64_t n) {
     auto *out = static_cast<BlockQ8_0 *>(dst);
     for (int64_t b = 0; b < n / kQK8_0; ++b) {
-        const float *x = src + b * kQK8_0;
         __m256 v[4];
-        __m256 m = _mm256_setzero_ps();  // max(|x|, m) keeps m when x is NaN, as fmax
-        for (int k = 0; k < 4; ++k) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            m = _mm256_max_ps(abs_f32x8(v[k]), m);
-        }
-        const float d = hmax_f32x8(m) / 127.0f;
+        const float d = q8_0_block_load(src + b * kQK8_0, v) / 127.0f;
         out[b].d = simd::f32_to_f16_rne(d);
         if (d == 0.0f) {
             std::memset(out[b].qs, 0, sizeof(out[b].qs));

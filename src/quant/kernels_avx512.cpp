@@ -102,21 +102,24 @@ __m512i round_half_away_clamped_epi32(__m512 v) {
     return _mm512_cvttps_epi32(r);
 }
 
+// The 32 values of a Q8_0 block in v0, v1, and their largest magnitude (max(|x|, m) keeps m
+// when x is NaN, like the reference's fmax).
+float q8_0_block_load(const float *x, __m512 &v0, __m512 &v1) {
+    v0 = _mm512_loadu_ps(x);
+    v1 = _mm512_loadu_ps(x + 16);
+    return hmax_f32x16(
+        _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps())));
+}
+
 }  // namespace
 
-// Q8_0 activation row, as gguf-py / ggml quantize_row_q8_0_ref: d = amax/127, id = 1/d (0 when
+// Q8_0 weight row, as gguf-py / ggml quantize_row_q8_0_ref: d = amax/127, id = 1/d (0 when
 // d = 0), q = roundf(x * id), d stored as f16 (round to nearest even).
 void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
     auto *out = static_cast<BlockQ8_0 *>(dst);
     for (int64_t b = 0; b < n / kQK8_0; ++b) {
-        const float *x = src + b * kQK8_0;
-        const __m512 v0 = _mm512_loadu_ps(x);
-        const __m512 v1 = _mm512_loadu_ps(x + 16);
-        // max(|x|, m) keeps m when x is NaN, like the reference's fmax
-        const __m512 m =
-            _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
-        const float amax = hmax_f32x16(m);
-        const float d = amax / 127.0f;
+        __m512 v0, v1;
+        const float d = q8_0_block_load(src + b * kQK8_0, v0, v1) / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         out[b].d = simd::f32_to_f16_rne(d);
         const __m512 vid = _mm512_set1_ps(id);
@@ -134,13 +137,8 @@ void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
 void quantize_row_q8_0_activation(const float *src, void *dst, int64_t n) {
     auto *out = static_cast<BlockQ8_0 *>(dst);
     for (int64_t b = 0; b < n / kQK8_0; ++b) {
-        const float *x = src + b * kQK8_0;
-        const __m512 v0 = _mm512_loadu_ps(x);
-        const __m512 v1 = _mm512_loadu_ps(x + 16);
-        // max(|x|, m) keeps m when x is NaN, like the reference's fmax
-        const __m512 m =
-            _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
-        const float d = hmax_f32x16(m) / 127.0f;
+        __m512 v0, v1;
+        const float d = q8_0_block_load(src + b * kQK8_0, v0, v1) / 127.0f;
         out[b].d = simd::f32_to_f16_rne(d);
         if (d == 0.0f) {
             std::memset(out[b].qs, 0, sizeof(out[b].qs));
