@@ -57,6 +57,7 @@ int32_t Sampler::sample(const std::vector<float> &logits) {
     } else {
         for (size_t i = 0; i < logits.size(); ++i) consider(static_cast<int32_t>(i));
     }
+    if (survivors_.empty()) return argmax(logits);  // no finite weight: NaN or infinite logits
     std::sort(survivors_.begin(), survivors_.end(),
               [&](const Candidate &a, const Candidate &b) { return better(a.id, b.id); });
     double total = 0;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "common/error.h"
 #include "gguf/gguf_file.h"
@@ -173,6 +174,15 @@ TEST(Sampler, TopPAppliesToTheMinPSurvivors) {
     for (int i = 0; i < 3000; ++i) ++seen[all.sample(logits)];
     EXPECT_GT(seen[2], 30);  // without min-p the third token is drawn (p = 0.024)
     EXPECT_GT(seen[1], 1200);
+}
+
+// Logits without a finite weight (NaN, +inf) fall back to argmax instead of drawing from nothing.
+TEST(Sampler, NonFiniteLogitsDoNotEmptyTheCandidates) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    Sampler s({.temperature = 1.0f, .seed = 1});
+    EXPECT_EQ(s.sample({nan, nan, nan}), 0);
+    EXPECT_EQ(s.sample({0.0f, inf, 1.0f}), 1);
 }
 
 // top-k is capped at 1024 candidates: with a flat distribution over 2000 tokens, a larger k never
