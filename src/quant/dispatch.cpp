@@ -34,9 +34,9 @@ KernelTable scalar_table() {
     }};
 }
 
-// Replaces the dot products and the activation quantizers (Q8_0, Q8_K) with one instruction
-// set's versions; dequantizers and weight quantizers stay scalar. Multi-row dots exist at the
-// AVX-512 level only (set below).
+// Replaces the dot products, the activation quantizers (Q8_0, Q8_K) and the Q8_0 weight
+// quantizer with one instruction set's versions; dequantizers and the K-quant / IQ2_XXS weight
+// quantizers stay scalar. Multi-row dots exist at the AVX-512 level only (set below).
 #define DS4_SIMD_TABLE(name, ns)                                                  \
     KernelTable name##_table() {                                                  \
         KernelTable table = scalar_table();                                       \
