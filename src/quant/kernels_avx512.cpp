@@ -508,45 +508,90 @@ void vec_dot_multi_q2_K_q8_K(int64_t n, const void *w, const void *x, size_t x_s
     }
 }
 
+namespace {
+
+// The weight side of one Q4_K super-block, decoded once for any number of activation rows. q[j]
+// holds the 32 low nibbles (sub-block 2j) then the 32 high nibbles (2j+1) of qs[32j..].
+struct Q4kBlockWeights {
+    __m512i q[4];
+    __m512i scale[4];  // int32 lanes 0-7 <- scale 2j, lanes 8-15 <- scale 2j+1 (both int16 halves)
+    __m128i mins;      // the 8 sub-mins as int16
+    float d, dmin;     // f16(d), f16(dmin)
+};
+
+inline void q4k_block_weights(const BlockQ4_K &wq, Q4kBlockWeights &bw) {
+    const __m512i mask4 = _mm512_set1_epi8(0x0F);
+    const __m512i shift_lo_hi = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m512i pick0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m128i sc_min8 = simd::q4_K_scales_mins(wq.scales);  // 8 scales, then 8 mins
+    bw.mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sc_min8, sc_min8));
+    const __m512i scales = repeat_in_both_i16_halves(_mm512_cvtepu8_epi32(sc_min8));
+    for (int j = 0; j < 4; ++j) {
+        bw.q[j] =
+            _mm512_and_si512(_mm512_srlv_epi64(broadcast256(wq.qs + 32 * j), shift_lo_hi), mask4);
+        bw.scale[j] =
+            _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set1_epi32(2 * j), pick0), scales);
+    }
+    bw.d = simd::f16_to_f32(wq.d);
+    bw.dmin = simd::f16_to_f32(wq.dmin);
+}
+
+// One activation super-block into the two accumulators of a Q4_K dot.
+inline void q4k_block_accumulate(const Q4kBlockWeights &bw, const BlockQ8_K &xq, __m512 &acc,
+                                 __m128 &acc_min) {
+    const float dall = xq.d * bw.d;
+    const float dmin = -xq.d * bw.dmin;
+    const __m128i bsum_pairs = _mm_hadd_epi16(load128(xq.bsums), load128(xq.bsums + 8));
+    acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(bw.mins, bsum_pairs)),
+                           acc_min);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j)
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(bw.q[j], load512(xq.qs + 64 * j)),
+                                   bw.scale[j]);
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(dall), _mm512_cvtepi32_ps(sumi), acc);
+}
+
+}  // namespace
+
 // y = dy*d * sum_j sc_j * sum(nibble*qy) - dy*dmin * sum_j m_j * (bsums[2j] + bsums[2j+1]).
-// One zmm holds the 32 low nibbles (sub-block 2j) then the 32 high nibbles (2j+1) of qs[32j..].
 float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
     const auto *wb = static_cast<const BlockQ4_K *>(w);
     const auto *xb = static_cast<const BlockQ8_K *>(x);
-    const int64_t nb = n / kQK_K;
-    const __m512i mask4 = _mm512_set1_epi8(0x0F);
-    const __m512i shift_lo_hi = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-    __m512i pick[4];  // int32 lanes 0-7 <- scale 2j, lanes 8-15 <- scale 2j+1
-    for (int j = 0; j < 4; ++j) {
-        pick[j] =
-            _mm512_add_epi32(_mm512_set1_epi32(2 * j),
-                             _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    }
     __m512 acc = _mm512_setzero_ps();
     __m128 acc_min = _mm_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const BlockQ4_K &wq = wb[b];
-        const BlockQ8_K &xq = xb[b];
-        const float dall = xq.d * simd::f16_to_f32(wq.d);
-        const float dmin = -xq.d * simd::f16_to_f32(wq.dmin);
-
-        const __m128i sc_min8 = simd::q4_K_scales_mins(wq.scales);  // 8 scales, then 8 mins
-        const __m128i mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sc_min8, sc_min8));
-        const __m128i bsum_pairs = _mm_hadd_epi16(load128(xq.bsums), load128(xq.bsums + 8));
-        acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, bsum_pairs)),
-                               acc_min);
-
-        const __m512i scales = repeat_in_both_i16_halves(_mm512_cvtepu8_epi32(sc_min8));
-        __m512i sumi = _mm512_setzero_si512();
-        for (int j = 0; j < 4; ++j) {
-            const __m512i q4 = _mm512_and_si512(
-                _mm512_srlv_epi64(broadcast256(wq.qs + 32 * j), shift_lo_hi), mask4);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q4, load512(xq.qs + 64 * j)),
-                                       _mm512_permutexvar_epi32(pick[j], scales));
-        }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(dall), _mm512_cvtepi32_ps(sumi), acc);
+    Q4kBlockWeights bw;
+    for (int64_t b = 0; b < n / kQK_K; ++b) {
+        q4k_block_weights(wb[b], bw);
+        q4k_block_accumulate(bw, xb[b], acc, acc_min);
     }
     return hsum_f32x16(acc) + hsum_f32x4(acc_min);
+}
+
+// The same for m activation rows (VecDotMultiFn), each super-block decoded once.
+void vec_dot_multi_q4_K_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                             float *out, int64_t out_stride) {
+    const auto *wb = static_cast<const BlockQ4_K *>(w);
+    Q4kBlockWeights bw;
+    for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
+        const int64_t rows = std::min(kMultiRows, m - j0);
+        __m512 acc[kMultiRows];
+        __m128 acc_min[kMultiRows];
+        for (int64_t j = 0; j < rows; ++j) {
+            acc[j] = _mm512_setzero_ps();
+            acc_min[j] = _mm_setzero_ps();
+        }
+        for (int64_t b = 0; b < n / kQK_K; ++b) {
+            q4k_block_weights(wb[b], bw);
+            for (int64_t j = 0; j < rows; ++j) {
+                const auto *xq = reinterpret_cast<const BlockQ8_K *>(
+                                     static_cast<const uint8_t *>(x) + (j0 + j) * x_stride) +
+                                 b;
+                q4k_block_accumulate(bw, *xq, acc[j], acc_min[j]);
+            }
+        }
+        for (int64_t j = 0; j < rows; ++j)
+            out[(j0 + j) * out_stride] = hsum_f32x16(acc[j]) + hsum_f32x4(acc_min[j]);
+    }
 }
 
 namespace {

@@ -31,6 +31,8 @@ void vec_dot_multi_q8_0_q8_0(int64_t n, const void *w, const void *x, size_t x_s
                              float *out, int64_t out_stride);
 void vec_dot_multi_q2_K_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
                              float *out, int64_t out_stride);
+void vec_dot_multi_q4_K_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                             float *out, int64_t out_stride);
 void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
                                 float *out, int64_t out_stride);
 }  // namespace avx512
