@@ -406,6 +406,43 @@ float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x) {
 
 namespace {
 
+// Super-block b of activation row j.
+inline const BlockQ8_K &q8k_row_block(const void *x, size_t x_stride, int64_t j, int64_t b) {
+    return reinterpret_cast<const BlockQ8_K *>(static_cast<const uint8_t *>(x) + j * x_stride)[b];
+}
+
+// The multi-row loop of the K-quant dots: each weight super-block is decoded once (`decode`
+// into a Decoded), then added into every activation row's two accumulators (`accumulate`: a
+// 16-lane sum and a MinAcc for the sub-mins), and each row ends as hsum(acc) + hsum(acc_min),
+// the single-row dot's order.
+template <class WBlock, class Decoded, class MinAcc, class Decode, class Accumulate, class MinSum>
+void kquant_multi_row(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                      float *out, int64_t out_stride, Decode decode, Accumulate accumulate,
+                      MinSum min_sum) {
+    const auto *wb = static_cast<const WBlock *>(w);
+    Decoded bw;
+    for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
+        const int64_t rows = std::min(kMultiRows, m - j0);
+        __m512 acc[kMultiRows];
+        MinAcc acc_min[kMultiRows];
+        for (int64_t j = 0; j < rows; ++j) {
+            acc[j] = _mm512_setzero_ps();
+            acc_min[j] = MinAcc{};
+        }
+        for (int64_t b = 0; b < n / kQK_K; ++b) {
+            decode(wb[b], bw);
+            for (int64_t j = 0; j < rows; ++j)
+                accumulate(bw, q8k_row_block(x, x_stride, j0 + j, b), acc[j], acc_min[j]);
+        }
+        for (int64_t j = 0; j < rows; ++j)
+            out[(j0 + j) * out_stride] = hsum_f32x16(acc[j]) + min_sum(acc_min[j]);
+    }
+}
+
+}  // namespace
+
+namespace {
+
 // The weight side of one Q2_K super-block, decoded once for any number of activation rows.
 // Value 64t + i (t = 0..3) is bits 2*(2*(t%2) + i/32) of byte i%32 of half t/2, so v[t] holds
 // sub-blocks 4t..4t+3, each as 4 int32 lanes after vpdpwssd with scale[t].
@@ -483,29 +520,11 @@ float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
 // The same for m activation rows (VecDotMultiFn), each super-block decoded once.
 void vec_dot_multi_q2_K_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
                              float *out, int64_t out_stride) {
-    const auto *wb = static_cast<const BlockQ2_K *>(w);
     const Q2kScaleControls controls;
-    Q2kBlockWeights bw;
-    for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
-        const int64_t rows = std::min(kMultiRows, m - j0);
-        __m512 acc[kMultiRows];
-        __m256 acc_min[kMultiRows];
-        for (int64_t j = 0; j < rows; ++j) {
-            acc[j] = _mm512_setzero_ps();
-            acc_min[j] = _mm256_setzero_ps();
-        }
-        for (int64_t b = 0; b < n / kQK_K; ++b) {
-            q2k_block_weights(wb[b], controls, bw);
-            for (int64_t j = 0; j < rows; ++j) {
-                const auto *xq = reinterpret_cast<const BlockQ8_K *>(
-                                     static_cast<const uint8_t *>(x) + (j0 + j) * x_stride) +
-                                 b;
-                q2k_block_accumulate(bw, *xq, acc[j], acc_min[j]);
-            }
-        }
-        for (int64_t j = 0; j < rows; ++j)
-            out[(j0 + j) * out_stride] = hsum_f32x16(acc[j]) + hsum_f32x8(acc_min[j]);
-    }
+    kquant_multi_row<BlockQ2_K, Q2kBlockWeights, __m256>(
+        n, w, x, x_stride, m, out, out_stride,
+        [&](const BlockQ2_K &wq, Q2kBlockWeights &bw) { q2k_block_weights(wq, controls, bw); },
+        q2k_block_accumulate, hsum_f32x8);
 }
 
 namespace {
@@ -570,28 +589,8 @@ float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
 // The same for m activation rows (VecDotMultiFn), each super-block decoded once.
 void vec_dot_multi_q4_K_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
                              float *out, int64_t out_stride) {
-    const auto *wb = static_cast<const BlockQ4_K *>(w);
-    Q4kBlockWeights bw;
-    for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
-        const int64_t rows = std::min(kMultiRows, m - j0);
-        __m512 acc[kMultiRows];
-        __m128 acc_min[kMultiRows];
-        for (int64_t j = 0; j < rows; ++j) {
-            acc[j] = _mm512_setzero_ps();
-            acc_min[j] = _mm_setzero_ps();
-        }
-        for (int64_t b = 0; b < n / kQK_K; ++b) {
-            q4k_block_weights(wb[b], bw);
-            for (int64_t j = 0; j < rows; ++j) {
-                const auto *xq = reinterpret_cast<const BlockQ8_K *>(
-                                     static_cast<const uint8_t *>(x) + (j0 + j) * x_stride) +
-                                 b;
-                q4k_block_accumulate(bw, *xq, acc[j], acc_min[j]);
-            }
-        }
-        for (int64_t j = 0; j < rows; ++j)
-            out[(j0 + j) * out_stride] = hsum_f32x16(acc[j]) + hsum_f32x4(acc_min[j]);
-    }
+    kquant_multi_row<BlockQ4_K, Q4kBlockWeights, __m128>(
+        n, w, x, x_stride, m, out, out_stride, q4k_block_weights, q4k_block_accumulate, hsum_f32x4);
 }
 
 namespace {
