@@ -728,11 +728,9 @@ void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t 
             for (int i = 0; i < count; ++i) {
                 iq2_block_weights(wb[first + i], unpacked, i, bw);
                 for (int64_t j = 0; j < rows; ++j) {
-                    const auto *xq = reinterpret_cast<const BlockQ8_K *>(
-                                         static_cast<const uint8_t *>(x) + (j0 + j) * x_stride) +
-                                     first + i;
-                    acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(bw.d * xq->d),
-                                             _mm512_cvtepi32_ps(iq2_block_isum(bw, *xq)), acc[j]);
+                    const BlockQ8_K &xq = q8k_row_block(x, x_stride, j0 + j, first + i);
+                    acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(bw.d * xq.d),
+                                             _mm512_cvtepi32_ps(iq2_block_isum(bw, xq)), acc[j]);
                 }
             }
         }

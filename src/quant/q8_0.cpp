@@ -39,9 +39,7 @@ void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
     auto *blocks = static_cast<BlockQ8_0 *>(dst);
     for (int64_t b = 0; b < n / kQK8_0; ++b) {
         const float *x = src + b * kQK8_0;
-        float amax = 0.0f;
-        for (int i = 0; i < kQK8_0; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-        const float d = amax / 127.0f;
+        const float d = block_amax(x) / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         blocks[b].d = f32_to_f16(d);
         for (int i = 0; i < kQK8_0; ++i) {
