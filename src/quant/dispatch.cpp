@@ -25,10 +25,13 @@ KernelTable scalar_table() {
         {T::BF16, T::F32, dequantize_row_bf16, quantize_row_bf16, nullptr, vec_dot_bf16_f32},
         {T::Q8_0, T::Q8_0, dequantize_row_q8_0, quantize_row_q8_0, quantize_row_q8_0_activation,
          vec_dot_q8_0_q8_0},
-        {T::MXFP4, T::Q8_0, dequantize_row_mxfp4, nullptr, nullptr, vec_dot_mxfp4_q8_0},
-        {T::Q2_K, T::Q8_K, dequantize_row_q2_K, quantize_row_q2_K, nullptr, vec_dot_q2_K_q8_K},
-        {T::Q4_K, T::Q8_K, dequantize_row_q4_K, quantize_row_q4_K, nullptr, vec_dot_q4_K_q8_K},
-        {T::IQ2_XXS, T::Q8_K, dequantize_row_iq2_xxs, quantize_row_iq2_xxs, nullptr,
+        {T::MXFP4, T::Q8_0, dequantize_row_mxfp4, nullptr, quantize_row_q8_0_activation,
+         vec_dot_mxfp4_q8_0},
+        {T::Q2_K, T::Q8_K, dequantize_row_q2_K, quantize_row_q2_K, quantize_row_q8_K,
+         vec_dot_q2_K_q8_K},
+        {T::Q4_K, T::Q8_K, dequantize_row_q4_K, quantize_row_q4_K, quantize_row_q8_K,
+         vec_dot_q4_K_q8_K},
+        {T::IQ2_XXS, T::Q8_K, dequantize_row_iq2_xxs, quantize_row_iq2_xxs, quantize_row_q8_K,
          vec_dot_iq2_xxs_q8_K},
         {T::Q8_K, T::Q8_K, dequantize_row_q8_K, quantize_row_q8_K, quantize_row_q8_K, nullptr},
     }};
@@ -58,15 +61,19 @@ KernelTable scalar_table() {
                     break;                                                        \
                 case GgmlType::MXFP4:                                             \
                     k.vec_dot = ns::vec_dot_mxfp4_q8_0;                           \
+                    k.quantize_activation_row = ns::quantize_row_q8_0_activation; \
                     break;                                                        \
                 case GgmlType::Q2_K:                                              \
                     k.vec_dot = ns::vec_dot_q2_K_q8_K;                            \
+                    k.quantize_activation_row = ns::quantize_row_q8_K;            \
                     break;                                                        \
                 case GgmlType::Q4_K:                                              \
                     k.vec_dot = ns::vec_dot_q4_K_q8_K;                            \
+                    k.quantize_activation_row = ns::quantize_row_q8_K;            \
                     break;                                                        \
                 case GgmlType::IQ2_XXS:                                           \
                     k.vec_dot = ns::vec_dot_iq2_xxs_q8_K;                         \
+                    k.quantize_activation_row = ns::quantize_row_q8_K;            \
                     break;                                                        \
                 case GgmlType::Q8_K:                                              \
                     k.quantize_row = ns::quantize_row_q8_K;                       \
@@ -93,11 +100,28 @@ KernelTable avx512_table() {
     return table;
 }
 
+// AVX-512 with VBMI and GFNI: only IQ2_XXS changes, to shuffle lookups that take their
+// activations position-major.
+KernelTable avx512_vbmi_table() {
+    KernelTable table = avx512_table();
+    for (TypeKernels &k : table) {
+        if (k.type != GgmlType::IQ2_XXS) continue;
+        k.vec_dot = avx512vbmi::vec_dot_iq2_xxs_q8_K;
+        k.vec_dot_multi = avx512vbmi::vec_dot_multi_iq2_xxs_q8_K;
+        k.quantize_activation_row = avx512vbmi::quantize_row_q8_K_iq2_xxs;
+        k.activation_layout = ActivationLayout::Iq2xxsPositionMajor;
+    }
+    return table;
+}
+
 const KernelTable &table_for(SimdLevel level) {
     static const KernelTable scalar = scalar_table();
     static const KernelTable avx2 = avx2_table();
     static const KernelTable avx512 = avx512_table();
+    static const KernelTable avx512_vbmi = avx512_vbmi_table();
     switch (level) {
+        case SimdLevel::AVX512Vbmi:
+            return avx512_vbmi;
         case SimdLevel::AVX512:
             return avx512;
         case SimdLevel::AVX2:
@@ -116,7 +140,9 @@ SimdLevel probe_cpu() {
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                         __builtin_cpu_supports("avx512vnni");
-    return avx512 ? SimdLevel::AVX512 : SimdLevel::AVX2;
+    if (!avx512) return SimdLevel::AVX2;
+    const bool vbmi = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
+    return vbmi ? SimdLevel::AVX512Vbmi : SimdLevel::AVX512;
 }
 
 }  // namespace
@@ -129,6 +155,8 @@ const char *simd_level_name(SimdLevel level) {
             return "avx2";
         case SimdLevel::AVX512:
             return "avx512";
+        case SimdLevel::AVX512Vbmi:
+            return "avx512vbmi";
     }
     return "unknown";
 }
@@ -141,10 +169,10 @@ SimdLevel cpu_simd_level() {
 SimdLevel cap_simd_level(SimdLevel cpu, const char *ds4_simd_value) {
     if (ds4_simd_value == nullptr || *ds4_simd_value == '\0') return cpu;
     const std::string_view value(ds4_simd_value);
-    for (SimdLevel cap : {SimdLevel::Scalar, SimdLevel::AVX2, SimdLevel::AVX512})
+    for (SimdLevel cap : kAllSimdLevels)
         if (value == simd_level_name(cap)) return cap < cpu ? cap : cpu;
     throw Error("DS4_SIMD=" + std::string(value) +
-                " is not a SIMD level: expected scalar, avx2 or avx512");
+                " is not a SIMD level: expected scalar, avx2, avx512 or avx512vbmi");
 }
 
 SimdLevel detected_simd_level() {

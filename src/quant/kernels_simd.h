@@ -36,6 +36,14 @@ void vec_dot_multi_q4_K_q8_K(int64_t n, const void *w, const void *x, size_t x_s
 void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
                                 float *out, int64_t out_stride);
 }  // namespace avx512
+// IQ2_XXS with VBMI + GFNI shuffles (kernels_avx512_vbmi.cpp): the activation rows are in
+// ActivationLayout::Iq2xxsPositionMajor, written by quantize_row_q8_K_iq2_xxs.
+namespace avx512vbmi {
+void quantize_row_q8_K_iq2_xxs(const float *src, void *dst, int64_t n);
+float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x);
+void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                                float *out, int64_t out_stride);
+}  // namespace avx512vbmi
 
 #undef DS4_SIMD_KERNEL_DECLS
 

@@ -3,7 +3,8 @@
 //
 //   dequantize_row : n values of a weight row -> f32
 //   quantize_row   : f32 -> n values in the format (only for formats we produce)
-//   quantize_activation_row : f32 activations -> Q8_0 / Q8_K, as ds4 does before a dot product
+//   quantize_activation_row : f32 activations -> the rows vec_dot takes (Q8_0 / Q8_K), as ds4
+//                    quantizes them before a dot product
 //   vec_dot        : one weight row . one activation row, where the activation row is in
 //                    `vec_dot_type` (Q8_0 for Q8_0/MXFP4 weights, Q8_K for K-quants and IQ2_XXS,
 //                    F32 for F32/F16/BF16). The result is a float.
@@ -21,11 +22,14 @@ namespace ds4::quant {
 // for (src/quant/CMakeLists.txt), so the compiler may use any of them.
 //   AVX2:   avx2, fma, f16c, bmi2
 //   AVX512: the AVX2 set and avx512f, avx512bw, avx512vl, avx512dq, avx512vnni
-enum class SimdLevel { Scalar = 0, AVX2 = 1, AVX512 = 2 };
+//   AVX512Vbmi: the AVX512 set and avx512vbmi, gfni (only IQ2_XXS differs from AVX512)
+enum class SimdLevel { Scalar = 0, AVX2 = 1, AVX512 = 2, AVX512Vbmi = 3 };
+constexpr SimdLevel kAllSimdLevels[] = {SimdLevel::Scalar, SimdLevel::AVX2, SimdLevel::AVX512,
+                                        SimdLevel::AVX512Vbmi};
 const char *simd_level_name(SimdLevel level);
 // Best level this CPU supports, whatever the environment says (cached).
 SimdLevel cpu_simd_level();
-// The level in use: cpu_simd_level(), capped by DS4_SIMD=scalar|avx2|avx512 when that is set
+// The level in use: cpu_simd_level(), capped by DS4_SIMD=scalar|avx2|avx512|avx512vbmi if set
 // (read once, on first use). Throws ds4::Error if DS4_SIMD holds anything else.
 SimdLevel detected_simd_level();
 // The rule detected_simd_level() applies: cpu capped by the DS4_SIMD value (null or empty:
@@ -40,17 +44,26 @@ using VecDotFn = float (*)(int64_t n, const void *w_row, const void *act_row);
 using VecDotMultiFn = void (*)(int64_t n, const void *w_row, const void *act_rows,
                                size_t act_stride, int64_t m, float *out, int64_t out_stride);
 
+// How quantized activation rows are arranged. Blocks: consecutive vec_dot_type blocks.
+// Iq2xxsPositionMajor: the IQ2_XXS kernel of the AVX512Vbmi level wants each pair of Q8_K
+// super-blocks transposed so that one register holds value j of 64 groups of 8, then the
+// scales (kernels_avx512_vbmi.cpp); same int8 values, same number of bytes as the Q8_K row.
+enum class ActivationLayout { Blocks = 0, Iq2xxsPositionMajor = 1 };
+
 struct TypeKernels {
     GgmlType type;
     GgmlType vec_dot_type;           // the activation format vec_dot expects
     DequantizeRowFn dequantize_row;  // never null for supported types
     QuantizeRowFn quantize_row;      // null when we never produce this format
-    // Activations into this format (Q8_0, Q8_K: the vec_dot_types), by ds4's rules; null for
-    // the other formats. For Q8_0 it rounds x / d where quantize_row (the weight quantizer,
-    // equal to gguf-py) rounds x * (1/d) half away from zero (kernels_ref.h).
+    // f32 activations -> the rows vec_dot takes, by ds4's rules: for a weight type, its
+    // vec_dot_type rows in activation_layout; for Q8_0 and Q8_K as activation types, their own
+    // blocks. Null where vec_dot takes f32 (F32, F16, BF16). For Q8_0 it rounds x / d where
+    // quantize_row (the weight quantizer, equal to gguf-py) rounds x * (1/d) half away from zero
+    // (kernels_ref.h).
     QuantizeRowFn quantize_activation_row;
-    VecDotFn vec_dot;             // null for Q8_K, which is never a weight format
-    VecDotMultiFn vec_dot_multi;  // null where only vec_dot exists (matmul calls it per row)
+    VecDotFn vec_dot;                    // null for Q8_K, which is never a weight format
+    VecDotMultiFn vec_dot_multi;         // null where only vec_dot exists (matmul calls it per row)
+    ActivationLayout activation_layout;  // of the rows quantize_activation_row writes
 };
 
 bool is_supported(GgmlType type);

@@ -193,9 +193,10 @@ TEST_P(MatmulByType, ActivationsAreQuantizedByTheRowQuantizer) {
         return;
     }
     ASSERT_EQ(rows.row_stride, quant::row_size(act, k));
+    EXPECT_EQ(rows.layout, quant::kernels(type).activation_layout);
     std::vector<uint8_t> expected(rows.row_stride);
     for (int64_t j = 0; j < m; ++j) {
-        quant::kernels(act).quantize_activation_row(X.data() + j * k, expected.data(), k);
+        quant::kernels(type).quantize_activation_row(X.data() + j * k, expected.data(), k);
         EXPECT_EQ(std::memcmp(expected.data(),
                               static_cast<const uint8_t *>(rows.data) + j * rows.row_stride,
                               rows.row_stride),

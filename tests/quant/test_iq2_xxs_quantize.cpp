@@ -122,7 +122,7 @@ void expect_format_invariants(const std::vector<float> &x, const std::vector<Blo
 }
 
 TEST(Iq2xxsQuantize, DispatchHandsOutTheReferenceAtEveryLevel) {
-    for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::AVX2, SimdLevel::AVX512}) {
+    for (SimdLevel level : kAllSimdLevels) {
         if (level > cpu_simd_level()) continue;
         EXPECT_EQ(kernels(kType, level).quantize_row, ref::quantize_row_iq2_xxs)
             << simd_level_name(level);

@@ -24,6 +24,9 @@ TEST(SimdLevelCap, Ds4SimdValues) {
     EXPECT_EQ(cap_simd_level(SimdLevel::AVX512, "scalar"), SimdLevel::Scalar);
     EXPECT_EQ(cap_simd_level(SimdLevel::AVX512, "avx2"), SimdLevel::AVX2);
     EXPECT_EQ(cap_simd_level(SimdLevel::AVX512, "avx512"), SimdLevel::AVX512);
+    EXPECT_EQ(cap_simd_level(SimdLevel::AVX512Vbmi, "avx512"), SimdLevel::AVX512);
+    EXPECT_EQ(cap_simd_level(SimdLevel::AVX512Vbmi, "avx512vbmi"), SimdLevel::AVX512Vbmi);
+    EXPECT_EQ(cap_simd_level(SimdLevel::AVX512, "avx512vbmi"), SimdLevel::AVX512);
     EXPECT_EQ(cap_simd_level(SimdLevel::AVX2, "avx512"), SimdLevel::AVX2)
         << "a cap never raises the level";
     EXPECT_EQ(cap_simd_level(SimdLevel::Scalar, "avx2"), SimdLevel::Scalar);
@@ -61,7 +64,7 @@ TEST(KernelTable, ScalarEntriesAreTheReference) {
 }
 
 TEST(KernelTable, EveryRunnableLevelIsComplete) {
-    for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::AVX2, SimdLevel::AVX512}) {
+    for (SimdLevel level : kAllSimdLevels) {
         if (level > cpu_simd_level()) continue;
         for (GgmlType type : kSupported) {
             const TypeKernels &k = kernels(type, level);
@@ -76,8 +79,19 @@ TEST(KernelTable, EveryRunnableLevelIsComplete) {
                 : type == GgmlType::Q8_0 || type == GgmlType::MXFP4 ? GgmlType::Q8_0
                                                                     : GgmlType::Q8_K;
             EXPECT_EQ(k.vec_dot_type, want_act) << where;
-            // the activation format of every dot can be produced at this level
+            // the activation format of every dot can be produced at this level, and the weight
+            // type names its quantizer (f32 activations are used as they are)
             EXPECT_NE(kernels(k.vec_dot_type, level).quantize_row, nullptr) << where;
+            EXPECT_EQ(k.quantize_activation_row == nullptr, want_act == GgmlType::F32) << where;
+            const bool own_layout = type == GgmlType::IQ2_XXS && level == SimdLevel::AVX512Vbmi;
+            EXPECT_EQ(k.activation_layout,
+                      own_layout ? ActivationLayout::Iq2xxsPositionMajor : ActivationLayout::Blocks)
+                << where;
+            if (!own_layout && want_act != GgmlType::F32 && type != GgmlType::Q8_0) {
+                EXPECT_EQ(k.quantize_activation_row,
+                          kernels(want_act, level).quantize_activation_row)
+                    << where;
+            }
         }
     }
 }
@@ -91,8 +105,8 @@ TEST(KernelTable, SupportedTypes) {
 }
 
 TEST(KernelTable, LevelAboveTheCpuIsRefused) {
-    if (cpu_simd_level() == SimdLevel::AVX512) GTEST_SKIP() << "this CPU runs every level";
-    EXPECT_THROW(kernels(GgmlType::Q8_0, SimdLevel::AVX512), Error);
+    if (cpu_simd_level() == SimdLevel::AVX512Vbmi) GTEST_SKIP() << "this CPU runs every level";
+    EXPECT_THROW(kernels(GgmlType::Q8_0, SimdLevel::AVX512Vbmi), Error);
 }
 
 TEST(RowWrappers, CheckLengthAndFormat) {

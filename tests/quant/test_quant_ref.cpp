@@ -37,7 +37,7 @@ int64_t values_in(GgmlType type, size_t bytes) {
 // Every level whose kernels can run on this CPU.
 std::vector<SimdLevel> runnable_levels() {
     std::vector<SimdLevel> levels;
-    for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::AVX2, SimdLevel::AVX512})
+    for (SimdLevel l : kAllSimdLevels)
         if (l <= cpu_simd_level()) levels.push_back(l);
     return levels;
 }

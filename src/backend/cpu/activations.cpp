@@ -45,7 +45,7 @@ ActivationRows quantize_activations(ThreadPool &pool, ScratchBuffer &scratch,
     if (act_type == GgmlType::F32)
         return {act_type, X, m, k, static_cast<size_t>(k) * sizeof(float)};
 
-    quant::QuantizeRowFn quantize = quant::kernels(act_type).quantize_activation_row;
+    quant::QuantizeRowFn quantize = wk.quantize_activation_row;
     if (rounding == ActivationRounding::LlamaCpp && act_type == GgmlType::Q8_0)
         quantize = quant::ref::quantize_row_q8_0_llamacpp;
     if (quantize == nullptr)
@@ -57,7 +57,7 @@ ActivationRows quantize_activations(ThreadPool &pool, ScratchBuffer &scratch,
         for (int64_t j = begin; j < end; ++j)
             quantize(X + j * k, out + static_cast<size_t>(j) * row_bytes, k);
     });
-    return {act_type, out, m, k, row_bytes};
+    return {act_type, out, m, k, row_bytes, wk.activation_layout};
 }
 
 }  // namespace ds4::backend::cpu

@@ -10,18 +10,21 @@
 #include <memory>
 
 #include "gguf/ggml_type.h"
+#include "quant/quant.h"
 
 namespace ds4::backend::cpu {
 
 class ThreadPool;
 
-// m rows of k values in `type`; row j starts at data + j * row_stride bytes.
+// m rows of k values in `type`, arranged as `layout`; row j starts at data + j * row_stride
+// bytes. Only a weight type whose kernels take that type and layout may use them.
 struct ActivationRows {
     ds4::GgmlType type;
     const void *data;
     int64_t m;
     int64_t k;
     size_t row_stride;
+    quant::ActivationLayout layout = quant::ActivationLayout::Blocks;
 };
 
 // A growable, 64-byte aligned buffer. It reallocates only when asked for more than it ever held,

@@ -68,6 +68,9 @@ void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const Activatio
                     std::to_string(x.k) + ", the " + std::string(ggml_type_name(w.type)) +
                     " weight needs " + std::string(ggml_type_name(kern.vec_dot_type)) + " x " +
                     std::to_string(w.k));
+    if (x.layout != kern.activation_layout)
+        throw Error("matmul: the activations were quantized for another kernel's layout than the " +
+                    std::string(ggml_type_name(w.type)) + " weight's (quantize_activations)");
     if (x.m <= 0 || w.n_rows == 0) return;
 
     const auto *w_bytes = static_cast<const uint8_t *>(w.data);
