@@ -28,22 +28,29 @@ ForwardContext::ForwardContext(const model::HParams &hp_, const model::ModelWeig
                                               hp_.rope_scaling_factor, double(hp_.rope_orig_ctx),
                                               hp_.yarn_beta_fast, hp_.yarn_beta_slow)) {}
 
+backend::cpu::ActivationRows ForwardContext::quantize(GgmlType type, const float *X, int64_t m,
+                                                      int64_t k,
+                                                      backend::cpu::ScratchBuffer &buffer) {
+    if (!opts.llama_cpp_rounding)
+        return backend::cpu::quantize_activations(pool, buffer, type, X, m, k);
+    if (type == GgmlType::F16) {  // ggml converts the activations to the weight's type
+        auto *rounded = static_cast<float *>(buffer.reserve(sizeof(float) * size_t(m * k)));
+        for (int64_t i = 0; i < m * k; ++i)
+            rounded[i] = quant::ref::f16_to_f32(quant::ref::f32_to_f16(X[i]));
+        X = rounded;  // F16 weights take f32 rows: used in place
+    }
+    return backend::cpu::quantize_activations(pool, buffer, type, X, m, k,
+                                              backend::cpu::ActivationRounding::LlamaCpp);
+}
+
+void ForwardContext::matmul(GgmlType type, const void *w, int64_t n_rows,
+                            const backend::cpu::ActivationRows &x, float *Y) {
+    backend::cpu::matmul_activations(pool, backend::cpu::dense_matrix(type, w, n_rows, x.k), x, Y);
+}
+
 void ForwardContext::matmul(GgmlType type, const void *w, int64_t n_rows, int64_t k, const float *X,
                             int64_t m, float *Y) {
-    const auto matrix = backend::cpu::dense_matrix(type, w, n_rows, k);
-    if (!opts.llama_cpp_rounding) {
-        backend::cpu::matmul(pool, scratch, matrix, X, m, Y);
-        return;
-    }
-    if (type == GgmlType::F16) {  // ggml converts the activations to the weight's type
-        f16_rounded_.resize(static_cast<size_t>(m * k));
-        for (size_t i = 0; i < f16_rounded_.size(); ++i)
-            f16_rounded_[i] = quant::ref::f16_to_f32(quant::ref::f32_to_f16(X[i]));
-        X = f16_rounded_.data();
-    }
-    const auto x = backend::cpu::quantize_activations(pool, scratch, type, X, m, k,
-                                                      backend::cpu::ActivationRounding::LlamaCpp);
-    backend::cpu::matmul_activations(pool, matrix, x, Y);
+    matmul(type, w, n_rows, quantize(type, X, m, k, scratch), Y);
 }
 
 void ForwardContext::linear(model::Tensor t, const float *X, float *Y, int64_t m) {

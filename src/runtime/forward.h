@@ -58,9 +58,15 @@ struct ForwardContext {
     // rounding that opts asks for).
     void matmul(GgmlType type, const void *w, int64_t n_rows, int64_t k, const float *X, int64_t m,
                 float *Y);
-
-  private:
-    std::vector<float> f16_rounded_;  // llama_cpp_rounding: activations of F16 weights
+    // The two halves of matmul, for an input that several matrices of one type share (the
+    // routed experts' gate and up): X quantized once into `buffer` (valid until its next use),
+    // then any number of products with those rows.
+    backend::cpu::ActivationRows quantize(GgmlType type, const float *X, int64_t m, int64_t k,
+                                          backend::cpu::ScratchBuffer &buffer);
+    void matmul(GgmlType type, const void *w, int64_t n_rows, const backend::cpu::ActivationRows &x,
+                float *Y);
+    // Scratch of the routed experts' shared input: all tokens, and one expert's rows of them.
+    backend::cpu::ScratchBuffer expert_input, expert_rows;
 };
 
 // Hyper-connection state of one token: n_hc streams of n_embd values, stream-major.

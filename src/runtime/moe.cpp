@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "backend/cpu/matmul.h"
@@ -69,6 +70,25 @@ void swiglu(float *g, const float *u, size_t n, float clamp, float weight) {
     }
 }
 
+// The rows of `all` (one per token) that an expert's users name, in their order: `all` itself
+// when that is every row in order (decode), else a copy into `buffer`.
+backend::cpu::ActivationRows expert_rows(const backend::cpu::ActivationRows &all,
+                                         const std::vector<std::pair<int64_t, uint32_t>> &who,
+                                         backend::cpu::ScratchBuffer &buffer) {
+    bool identity = static_cast<int64_t>(who.size()) == all.m;
+    for (size_t j = 0; identity && j < who.size(); ++j) identity = who[j].first == int64_t(j);
+    if (identity) return all;
+    backend::cpu::ActivationRows rows = all;
+    rows.m = static_cast<int64_t>(who.size());
+    auto *out = static_cast<uint8_t *>(buffer.reserve(all.row_stride * who.size()));
+    for (size_t j = 0; j < who.size(); ++j)
+        std::memcpy(out + j * all.row_stride,
+                    static_cast<const uint8_t *>(all.data) + size_t(who[j].first) * all.row_stride,
+                    all.row_stride);
+    rows.data = out;
+    return rows;
+}
+
 }  // namespace
 
 void moe_batch(ForwardContext &ctx, uint32_t il, const float *XN,
@@ -91,20 +111,21 @@ void moe_batch(ForwardContext &ctx, uint32_t il, const float *XN,
     for (int64_t t = 0; t < n; ++t)
         for (uint32_t i = 0; i < K; ++i) users[routes[t].experts[i]].push_back({t, i});
     std::vector<float> slot_out(size_t(n) * K * E);
-    std::vector<float> X, G, U, D;
+    std::vector<float> G, U, D;
     const auto type_gu = L.ffn_gate_exps->type, type_d = L.ffn_down_exps->type;
+    // Every token's input is quantized once for all the gate and up matrices it meets.
+    const backend::cpu::ActivationRows XQ = ctx.quantize(type_gu, XN, n, E, ctx.expert_input);
     for (uint32_t e = 0; e < hp.n_expert; ++e) {
         const auto &who = users[e];
         if (who.empty()) continue;
         const int64_t m = static_cast<int64_t>(who.size());
-        X.resize(m * E);
-        for (int64_t j = 0; j < m; ++j) std::copy_n(XN + who[j].first * E, E, X.data() + j * E);
+        const backend::cpu::ActivationRows X = expert_rows(XQ, who, ctx.expert_rows);
         const experts::ExpertBytes b = ctx.experts.get(il, e);
         G.resize(m * F);
         U.resize(m * F);
         D.resize(m * E);
-        ctx.matmul(type_gu, b.gate, F, E, X.data(), m, G.data());
-        ctx.matmul(type_gu, b.up, F, E, X.data(), m, U.data());
+        ctx.matmul(type_gu, b.gate, F, X, G.data());
+        ctx.matmul(type_gu, b.up, F, X, U.data());
         // ds4 scales W2's input by the route weight; llama.cpp scales its output (the same in
         // exact arithmetic, but W2's Q8_0 activation rounding differs).
         const bool weight_after_down = ctx.opts.llama_cpp_rounding;
