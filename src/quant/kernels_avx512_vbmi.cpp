@@ -135,17 +135,18 @@ __m512i lookup256(const __m512i (&table)[4], __m512i index, __mmask64 high) {
 // The weight side of a pair of super-blocks, decoded once for any number of activation rows.
 struct PairWeights {
     __m512i magnitude[8];   // value j of the 64 groups
-    __mmask64 negative[8];  // value j's weight sign, per group
+    __m512i signs;          // per group: bit j set = value j negative
+    __mmask64 negative[8];  // value j's signs as a mask, per group (negative_masks)
     __m512i scale;          // 2 ls + 1 of the 16 sub-blocks
     float d[2];             // f16(d) of the two blocks
 };
 
-// `second` null: a last odd block alone (its groups in lanes 0..31; lanes 32..63 decode
-// block zeros, which meet zero activations).
-inline void decode_pair(const PairConstants &c, const BlockIQ2_XXS &first,
-                        const BlockIQ2_XXS *second, PairWeights &pw) {
-    const __m512i qa = _mm512_loadu_si512(first.qs);
-    const __m512i qb = second ? _mm512_loadu_si512(second->qs) : _mm512_setzero_si512();
+// blocks[0] and blocks[1]; kLone: blocks[0], a last odd block, alone (its groups in lanes
+// 0..31; lanes 32..63 decode block zeros, which meet zero activations).
+template <bool kLone>
+inline void decode_pair(const PairConstants &c, const BlockIQ2_XXS *blocks, PairWeights &pw) {
+    const __m512i qa = _mm512_loadu_si512(blocks[0].qs);
+    const __m512i qb = kLone ? _mm512_setzero_si512() : _mm512_loadu_si512(blocks[1].qs);
     const __m512i index = _mm512_permutex2var_epi8(qa, c.group_byte, qb);
     const __mmask64 high = _mm512_movepi8_mask(index);
     const __m512i lo = lookup256(c.lo, index, high), hi = lookup256(c.hi, index, high);
@@ -157,31 +158,43 @@ inline void decode_pair(const PairConstants &c, const BlockIQ2_XXS &first,
         _mm512_permutex2var_epi8(_mm512_multishift_epi64_epi8(c.sign_shift, qa), c.group_byte,
                                  _mm512_multishift_epi64_epi8(c.sign_shift, qb));
     signs = _mm512_gf2p8affine_epi64_epi8(signs, c.parity, 0);
-    for (int j = 0; j < 8; ++j)
-        pw.negative[j] = _mm512_test_epi8_mask(signs, _mm512_set1_epi8(static_cast<char>(1u << j)));
+    pw.signs = signs;
     const __m512i words = _mm512_permutex2var_epi32(qa, c.scale_word, qb);
     pw.scale = _mm512_or_si512(_mm512_srli_epi32(words, 27), c.one);  // (word >> 28) * 2 + 1
-    pw.d[0] = simd::f16_to_f32(first.d);
-    pw.d[1] = second ? simd::f16_to_f32(second->d) : 0.0f;
+    pw.d[0] = simd::f16_to_f32(blocks[0].d);
+    pw.d[1] = kLone ? 0.0f : simd::f16_to_f32(blocks[1].d);
+}
+
+__mmask64 negative_mask(__m512i signs, int j) {
+    return _mm512_test_epi8_mask(signs, _mm512_set1_epi8(static_cast<char>(1u << j)));
+}
+
+// Fills pw.negative, for a pair that meets many activation rows. (A single row tests each
+// mask where it is used: eight live masks would not fit the k registers.)
+void negative_masks(PairWeights &pw) {
+    for (int j = 0; j < 8; ++j) pw.negative[j] = negative_mask(pw.signs, j);
 }
 
 // acc += (d_w * d_x per block) * (2 ls + 1) * sum over the sub-block of magnitude * (+-q), for
-// one activation pair. `q` is the pair's position-major values, `stride` 64 bytes per value
-// position (32 for a lone last block, whose loads then stop at 32 bytes).
-inline __m512 accumulate_pair(const PairWeights &pw, const int8_t *q, int stride, const float *dx,
-                              __m512 acc) {
-    const __mmask64 lanes = stride == kPairGroups ? ~__mmask64{0} : __mmask64{0xFFFFFFFF};
+// one activation pair. `q` is the pair's position-major values: 64 bytes per value position, or
+// 32 for a lone last block (kLone: its loads stop at 32 bytes).
+template <bool kLone, bool kMasksReady>
+inline __m512 accumulate_pair(const PairWeights &pw, const int8_t *q, const float *dx, __m512 acc) {
+    constexpr int stride = kLone ? 32 : kPairGroups;
+    constexpr __mmask64 lanes = kLone ? __mmask64{0xFFFFFFFF} : ~__mmask64{0};
     __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
         const __m512i x = _mm512_maskz_loadu_epi8(lanes, q + stride * j);
-        const __m512i signed_x = _mm512_mask_sub_epi8(x, pw.negative[j], _mm512_setzero_si512(), x);
+        const __m512i signed_x =
+            _mm512_mask_sub_epi8(x, kMasksReady ? pw.negative[j] : negative_mask(pw.signs, j),
+                                 _mm512_setzero_si512(), x);
         if (j % 2 == 0)
             even = _mm512_dpbusd_epi32(even, pw.magnitude[j], signed_x);
         else
             odd = _mm512_dpbusd_epi32(odd, pw.magnitude[j], signed_x);
     }
     const __m512i sum = _mm512_mullo_epi32(_mm512_add_epi32(even, odd), pw.scale);
-    const float d0 = pw.d[0] * dx[0], d1 = stride == kPairGroups ? pw.d[1] * dx[1] : 0.0f;
+    const float d0 = pw.d[0] * dx[0], d1 = kLone ? 0.0f : pw.d[1] * dx[1];
     const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d, acc);
 }
@@ -227,10 +240,14 @@ float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
     const ActivationRow row = activation_row(x, n);
     PairWeights pw;
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b += 2) {
-        const bool pair = b + 1 < nb;
-        decode_pair(c, wb[b], pair ? &wb[b + 1] : nullptr, pw);
-        acc = accumulate_pair(pw, row.q + b * kQK_K, pair ? kPairGroups : 32, row.d + b, acc);
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        decode_pair<false>(c, wb + b, pw);
+        acc = accumulate_pair<false, false>(pw, row.q + b * kQK_K, row.d + b, acc);
+    }
+    if (b < nb) {
+        decode_pair<true>(c, wb + b, pw);
+        acc = accumulate_pair<true, false>(pw, row.q + b * kQK_K, row.d + b, acc);
     }
     return hsum(acc);
 }
@@ -249,12 +266,17 @@ void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t 
         __m512 acc[kMultiRows];
         for (int64_t j = 0; j < rows; ++j) acc[j] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b += 2) {
-            const bool pair = b + 1 < nb;
-            decode_pair(c, wb[b], pair ? &wb[b + 1] : nullptr, pw);
+            const bool lone = b + 1 == nb;
+            if (lone)
+                decode_pair<true>(c, wb + b, pw);
+            else
+                decode_pair<false>(c, wb + b, pw);
+            negative_masks(pw);
             for (int64_t j = 0; j < rows; ++j) {
                 const ActivationRow row = activation_row(x_bytes + (j0 + j) * x_stride, n);
-                acc[j] = accumulate_pair(pw, row.q + b * kQK_K, pair ? kPairGroups : 32, row.d + b,
-                                         acc[j]);
+                const int8_t *q = row.q + b * kQK_K;
+                acc[j] = lone ? accumulate_pair<true, true>(pw, q, row.d + b, acc[j])
+                              : accumulate_pair<false, true>(pw, q, row.d + b, acc[j]);
             }
         }
         for (int64_t j = 0; j < rows; ++j) out[(j0 + j) * out_stride] = hsum(acc[j]);
