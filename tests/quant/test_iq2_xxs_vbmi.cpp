@@ -20,7 +20,7 @@
 #include "quant/kernels_simd.h"
 #include "quant/quant.h"
 #include "quant/random_blocks.h"
-#include "quant/split_mix.h"
+#include "random_activations.h"
 
 namespace ds4::quant {
 namespace {
@@ -41,14 +41,7 @@ class Iq2xxsVbmi : public ::testing::Test {
 
 // Per 32 values a random magnitude between 1e-3 and 1e3, signs random.
 std::vector<float> random_activations(int64_t n, uint64_t seed) {
-    SplitMix64 rng(seed);
-    std::vector<float> x(static_cast<size_t>(n));
-    float magnitude = 1.0f;
-    for (int64_t i = 0; i < n; ++i) {
-        if (i % 32 == 0) magnitude = std::pow(10.0f, rng.uniform(-3.0f, 3.0f));
-        x[static_cast<size_t>(i)] = magnitude * rng.uniform(-1.0f, 1.0f);
-    }
-    return x;
+    return testing::random_activations(n, seed, -3.0f, 3.0f);
 }
 
 struct Activations {

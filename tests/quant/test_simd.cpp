@@ -23,6 +23,7 @@
 #include "quant/quant.h"
 #include "quant/random_blocks.h"
 #include "quant/split_mix.h"
+#include "random_activations.h"
 
 namespace ds4::quant {
 namespace {
@@ -111,14 +112,7 @@ using Rng = ds4::quant::SplitMix64;
 
 // f32 values for the quantizers: per 32 values, a random magnitude between 1e-6 and 1e6.
 std::vector<float> random_activations(int64_t n, uint64_t seed) {
-    Rng rng(seed);
-    std::vector<float> x(static_cast<size_t>(n));
-    float magnitude = 1.0f;
-    for (int64_t i = 0; i < n; ++i) {
-        if (i % 32 == 0) magnitude = std::pow(10.0f, rng.uniform(-6.0f, 6.0f));
-        x[static_cast<size_t>(i)] = magnitude * rng.uniform(-1.0f, 1.0f);
-    }
-    return x;
+    return testing::random_activations(n, seed, -6.0f, 6.0f);
 }
 
 void recompute_bsums(BlockQ8_K &block) {
