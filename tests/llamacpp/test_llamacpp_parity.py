@@ -12,6 +12,8 @@ multiple of its Hadamard block, so the tiny shapes that use ratio 8 or 16 cannot
     the q4 mix (Q4_K routed experts); its 155-token fixture prompt.
   * synthetic: ds4-mkmodel's tiny shape with ratios [0,0,4,128,4,128], indexer heads 16 x 64, real
     vocabulary, in f32, q8_0 and q2 (IQ2_XXS / Q2_K routed experts); 160 fixed token ids.
+  * trained_ratios: flash_ratios' ratios trained on a synthetic language (tiny_models.py), so that
+    its logits have margins of ~15; f32, q8_0, q2 and q4 as flash_ratios; its 159-token sequence.
 
 What is asserted:
   * f32: the same model. Our engine with its FP8/FP4 simulation off and f32 cache rows against
@@ -26,6 +28,8 @@ What is asserted:
     agreement with itself when only its KV cache precision (f16 vs f32) or its batching (prefill vs
     token by token: its batched Q4_K kernels round differently) changes, by more than 5 points of
     top-1 or a factor 2 in max |diff| / max |logit|.
+  * trained_ratios, every mix: top-1 equal on >= 99 % of positions (the issue's target), whatever
+    our QAT simulation and cache-row settings and llama.cpp's KV precision (measured: 100 %).
 
 The llama.cpp side runs in a subprocess (this file run as a script), so that a llama.cpp abort
 fails one test instead of killing pytest.
@@ -65,6 +69,10 @@ needs_llama = pytest.mark.skipif(
 # breaks differently from ds4's lowest-row rule) improbable.
 LLAMA_TINY_SHAPE = {"compress_ratio": [0, 0, 4, 128, 4, 128], "idx_head_dim": 64, "n_idx_head": 16}
 SYNTH_TOKENS = [int(t) for t in np.random.RandomState(7).randint(100, 129000, size=160)]
+# Tokens evaluated alone at position 0 by test_quantized_first_position_exact_with_llamacpp_rounding:
+# the whole prompt (155 / 160 tokens). The share that agrees to 1e-6 is a statistic, and on 48
+# tokens 3 tokens moved it by 6 points when a kernel's float association changed.
+N_FIRST = 160
 
 # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS (docs/LLAMACPP.md).
 GATING_SQRT_SOFTPLUS = 4
@@ -73,6 +81,9 @@ GATING_SQRT_SOFTPLUS = 4
 # --------------------------------------------------------------------------------------------
 # llama.cpp side (subprocess)
 # --------------------------------------------------------------------------------------------
+
+_KEEP_ALIVE: list = []
+
 
 def llama_main(argv) -> int:
     ap = argparse.ArgumentParser()
@@ -95,6 +106,10 @@ def llama_main(argv) -> int:
         logs.append(text.decode("utf-8", "replace"))
 
     llama_cpp.llama_log_set(log, ctypes.c_void_p(0))
+    # llama.cpp keeps calling it until the context is freed (llama_free logs): it must outlive the
+    # model, or a Llama collected after this function's locals calls a freed trampoline (a segfault
+    # after the scores are written, seen with --batch 1)
+    _KEEP_ALIVE.append(log)
     toks = json.loads(Path(a.tokens).read_text())
     kw = dict(model_path=a.model, n_ctx=max(256, len(toks) + 1), logits_all=True, verbose=False,
               n_threads=2, n_batch=a.batch, n_ubatch=a.batch)
@@ -112,6 +127,7 @@ def llama_main(argv) -> int:
         else:
             m.eval(toks)
             scores = np.asarray(m.scores[:len(toks)], dtype=np.float32)
+        m.close()
     except Exception as e:  # the reason is in llama.cpp's log
         sys.stderr.write("".join(logs)[-4000:] + f"\n{e}\n")
         return 1
@@ -145,15 +161,17 @@ def run_ours(tool, model: Path, tokens: list[int], tmp: Path, qat: bool, f16_row
 
 
 def agreement(a: np.ndarray, b: np.ndarray) -> dict:
-    """a against the reference b: top-1 equality (%), max |a - b|, max |b| and their ratio."""
+    """a against the reference b: top-1 equality (%), max |a - b|, max |b| and their ratio; the median
+    over positions of that position's max |a - b| / max |b| (a flipped selection moves a few
+    positions by O(1); this is the typical one)."""
     d, m = float(np.abs(a - b).max()), float(np.abs(b).max())
     return {"top1": 100.0 * float((a.argmax(1) == b.argmax(1)).mean()), "max_diff": d, "max_ref": m,
-            "ratio": d / m}
+            "ratio": d / m, "median_ratio": float(np.median(np.abs(a - b).max(1))) / m}
 
 
 def fmt(name: str, r: dict) -> str:
     return (f"{name:44s} top-1 {r['top1']:6.2f}%  max|diff| {r['max_diff']:.3g}  max|logit| {r['max_ref']:.3g}"
-            f"  ratio {r['ratio']:.3g}")
+            f"  ratio {r['ratio']:.3g}  (median position {r.get('median_ratio', float('nan')):.3g})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,7 +189,7 @@ def models(tool, tmp_path_factory):
         if key in cache:
             return cache[key]
         path = d / f"{name}-{quant}.gguf"
-        if name == "flash_ratios":
+        if name in ("flash_ratios", "trained_ratios"):
             pytest.importorskip("safetensors", reason="the tiny transformers models need safetensors")
             sys.path.insert(0, str(REPO / "tests" / "model"))
             from make_tiny_models import build_gguf
@@ -203,7 +221,7 @@ def models(tool, tmp_path_factory):
 # metadata llama.cpp needs (no llama.cpp required)
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["flash_ratios", "synthetic"])
+@pytest.mark.parametrize("name", ["flash_ratios", "synthetic", "trained_ratios"])
 def test_metadata_has_the_keys_llamacpp_reads(models, name):
     gguf = pytest.importorskip("gguf", reason="gguf-py is not installed")
     path, _, _ = models(name, "q8_0")
@@ -294,7 +312,7 @@ def test_quantized_first_position_exact_with_llamacpp_rounding(tool, models, nam
     few tokens differ; a wrong kernel would move every token. (Later positions add the cache;
     test_quantized_within_llamacpp_spread covers them.)"""
     path, tokens, _ = models(name, quant)
-    tokens = tokens[:48]
+    tokens = tokens[:N_FIRST]
     ours = run_ours(tool, path, tokens, tmp_path, qat=False, f16_rows=False, llama_rounding=True, fresh=True)
     ours_default = run_ours(tool, path, tokens, tmp_path, qat=False, f16_rows=False, fresh=True)
     lc = run_llama(path, tokens, tmp_path, "f32", fresh=True)
@@ -306,6 +324,54 @@ def test_quantized_first_position_exact_with_llamacpp_rounding(tool, models, nam
           f"\n{name} {quant} position 0: tokens within 1e-6 with llama.cpp rounding: {100 * close:.1f}%")
     assert close >= 0.6, f"only {100 * close:.1f}% of first tokens agree to 1e-6: {np.round(per_token, 7)}"
     assert res["ours (llama.cpp rounding) vs llama.cpp"]["top1"] >= 95.0
+
+
+def top1_margins(logits: np.ndarray) -> np.ndarray:
+    """Per position: the largest logit minus the second largest."""
+    s = np.sort(logits, axis=1)
+    return s[:, -1] - s[:, -2]
+
+
+@needs_llama
+@pytest.mark.parametrize("quant", ["f32", "q8_0", "q2", "q4"])
+def test_trained_model_top1_agrees_over_whole_sequences(tool, models, quant, tmp_path):
+    """The issue's target, on a model whose logits have margins: top-1 equal on >= 99 % of positions.
+
+    trained_ratios (tests/model/tiny_models.py) is trained on a synthetic language and predicts it
+    with top-1 margins of ~15 logits, where the random models' are ~0.1 and llama.cpp disagrees
+    with itself on their top-1 when only its KV precision changes. Every position of its 159-token
+    fixture sequence (which crosses the first ratio-128 row) is compared, for every pairing of our
+    settings (QAT simulation off / on, f32 / f16 cache rows) with llama.cpp's KV precisions (f32,
+    f16), in the f32 model, the converter's q8_0 and ds4-quantize's q2 and q4 mixes of it. Also
+    asserted: the median over positions of max |diff| / max |logit| at most 2e-2 (measured
+    <= 8.5e-3); the maximum, set by a router selection flipped at a near-tied position, is reported,
+    with llama.cpp's agreement with itself (f16 vs f32 KV) and both engines' agreement with
+    transformers (which runs the f32 model). For f32, the same bound as test_f32_same_model."""
+    path, tokens, tf = models("trained_ratios", quant)
+    ours = {"no QAT sim, f32 rows": run_ours(tool, path, tokens, tmp_path, qat=False, f16_rows=False),
+            "no QAT sim, f16 rows": run_ours(tool, path, tokens, tmp_path, qat=False, f16_rows=True),
+            "QAT sim (default)": run_ours(tool, path, tokens, tmp_path, qat=True)}
+    lc = {"f32 KV": run_llama(path, tokens, tmp_path, "f32"), "f16 KV": run_llama(path, tokens, tmp_path, "f16")}
+    res = {f"ours ({o}) vs llama.cpp {k}": agreement(ours[o], lc[k]) for o in ours for k in lc}
+    res["llama.cpp f16 KV vs llama.cpp f32 KV"] = agreement(lc["f16 KV"], lc["f32 KV"])
+    res["ours (no QAT sim, f32 rows) vs transformers f32"] = agreement(ours["no QAT sim, f32 rows"], tf)
+    res["llama.cpp f32 KV vs transformers f32"] = agreement(lc["f32 KV"], tf)
+    margins = {"ours (no QAT sim, f32 rows)": top1_margins(ours["no QAT sim, f32 rows"]),
+               "llama.cpp f32 KV": top1_margins(lc["f32 KV"])}
+    print("\n" + "\n".join(fmt(f"trained_ratios {quant}: {k}", v) for k, v in res.items()) + "\n" +
+          "\n".join(f"trained_ratios {quant}: top-1 margin of {k}: median {np.median(m):.3g}, min {m.min():.3g}"
+                    for k, m in margins.items()))
+    # the premise: the model predicts with margins (a retrained or badly quantized one might not)
+    assert np.median(margins["llama.cpp f32 KV"]) >= 5.0
+    for k, r in res.items():
+        if k.startswith("ours") and "llama.cpp" in k:
+            assert r["top1"] >= 99.0, fmt(k, r)
+            # the largest differences come from router near-ties (top-k gaps down to 2e-4) that one
+            # engine's rounding flips at a few positions; the typical position agrees to ~5e-3
+            assert r["median_ratio"] <= 0.02, fmt(k, r)
+    if quant == "f32":  # the same model: as tight as test_f32_same_model
+        r = res["ours (no QAT sim, f32 rows) vs llama.cpp f32 KV"]
+        assert r["top1"] == 100.0 and r["ratio"] <= 1e-4, fmt("f32", r)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 
     # expected logits (needs torch + transformers >= 5.8; writes tests/model/fixtures/<model>/)
     python3 tests/model/make_tiny_models.py --oracle [--models flash_mini,odd_shapes]
-    # the trained model's weights (torch; ~5 min on 2 cores), then its expected logits
-    python3 tests/model/make_tiny_models.py --train --oracle --models trained_mini
+    # the trained models' weights (torch; ~5 and ~2 min on 2 cores), then their expected logits
+    python3 tests/model/make_tiny_models.py --train --oracle --models trained_mini,trained_ratios
     # GGUFs for the C++ parity tests (numpy + gguf + safetensors only, a few seconds)
     python3 tests/model/make_tiny_models.py --gguf-dir build/tiny-models [--quant f32]
 
@@ -127,7 +127,8 @@ def coverage_probes(counters):
 
 def train(name: str, log=print) -> Path:
     """Trains a `_trained` model from its numpy initialisation on its language (tiny_models.py) and
-    writes fixtures/<name>/model.safetensors (state_dict names, float32)."""
+    writes fixtures/<name>/model.safetensors (state_dict names, float32, or float16 where its
+    `_trained` settings say so: the integer tid2eid stays int64)."""
     import torch
     from transformers import DeepseekV4ForCausalLM
 
@@ -149,6 +150,8 @@ def train(name: str, log=print) -> Path:
         if step % 50 == 0 or step == tr["steps"] - 1:
             log(f"{name}: step {step} loss {float(loss):.4g} ({time.time() - t0:.0f}s)")
     sd = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    if tr.get("dtype") == "float16":
+        sd = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in sd.items()}
     out = tm.trained_weights_path(name)
     out.parent.mkdir(parents=True, exist_ok=True)
     tm.save_safetensors(sd, out)

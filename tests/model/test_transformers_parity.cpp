@@ -49,7 +49,7 @@ TEST_P(TransformersParity, LogitsAndGreedyTokens) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, TransformersParity,
                          ::testing::Values("flash_mini", "odd_shapes", "flash_ratios", "vocab_real",
-                                           "trained_mini"));
+                                           "trained_mini", "trained_ratios"));
 
 // Deviation from transformers with the QAT simulation on (transformers has none): reported, and
 // bounded loosely. On random tiny models FP8 KV rounding moves logits by O(1) (activations are
@@ -69,20 +69,23 @@ TEST(TransformersDeviation, QatSimulationOn) {
 
 // The requirement behind the simulation: a model that predicts with margins, as the real one does,
 // keeps its greedy continuation when the FP8 KV / FP4 indexer rounding is on. trained_mini
-// (flash_mini's shape trained on a synthetic language, tiny_models.py) must give transformers'
-// greedy tokens token for token with QAT on; the logit deviation is reported.
+// (flash_mini's shape trained on a synthetic language, tiny_models.py) and trained_ratios (the
+// ratios 4 and 128, trained the same way) must give transformers' greedy tokens token for token
+// with QAT on; the logit deviation is reported.
 TEST(TransformersDeviation, QatSimulationOnKeepsATrainedModelsGreedyTokens) {
-    const std::string gguf = gguf_path("trained_mini", "f32");
-    if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " not present";
-    const auto r = tools::check_transformers_fixture(kFixtures + "trained_mini", gguf, 2,
-                                                     {.qat_sim = true, .exact = true});
-    std::printf(
-        "[ qat-on ] trained_mini: max |diff| %.3g (ratio %.3g), top-1 agreement %.1f%% of %zu "
-        "rows, %zu greedy steps\n",
-        r.max_abs_diff, r.ratio(), 100 * r.top1_rate(), r.rows_compared, r.greedy_steps);
-    for (const auto &p : r.problems) ADD_FAILURE() << p;
-    EXPECT_GT(r.greedy_steps, 0u);
-    EXPECT_GT(r.max_abs_diff, 1e-3);  // the simulation is really applied
+    for (const char *name : {"trained_mini", "trained_ratios"}) {
+        const std::string gguf = gguf_path(name, "f32");
+        if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " not present";
+        const auto r = tools::check_transformers_fixture(kFixtures + name, gguf, 2,
+                                                         {.qat_sim = true, .exact = true});
+        std::printf(
+            "[ qat-on ] %s: max |diff| %.3g (ratio %.3g), top-1 agreement %.1f%% of %zu rows, "
+            "%zu greedy steps\n",
+            name, r.max_abs_diff, r.ratio(), 100 * r.top1_rate(), r.rows_compared, r.greedy_steps);
+        for (const auto &p : r.problems) ADD_FAILURE() << name << ": " << p;
+        EXPECT_GT(r.greedy_steps, 0u) << name;
+        EXPECT_GT(r.max_abs_diff, 1e-3) << name;  // the simulation is really applied
+    }
 }
 
 // The same checkpoint requantized to the q8_0 and q4 mixes by ds4-quantize (CTest makes the
