@@ -12,7 +12,8 @@
 //   pair p = super-blocks 2p, 2p+1 of the row, groups g = 0..63 (g < 32: block 2p's group g),
 //   q[512 p + 64 j + g] = value j of group g (the row's value 256 (2p + g / 32) + 8 (g % 32) + j);
 //   a last odd super-block b: q[256 b + 32 j + g] = its value 8 g + j;
-//   then the Q8_K scales d of every super-block, as floats, from byte n on.
+//   then the Q8_K scales d of every super-block, as floats, from byte n on;
+//   then zeros up to the Q8_K row size.
 //
 // That is n + n / 64 bytes, less than the n / 256 * 292 of a Q8_K row, so the buffers stay
 // the Q8_K size. The int8 values are exactly the Q8_K quantizer's.
@@ -231,6 +232,8 @@ void quantize_row_q8_K_iq2_xxs(const float *src, void *dst, int64_t n) {
             std::memcpy(d + b + h, &blocks[h].d, sizeof(float));
         }
     }
+    const size_t used = static_cast<size_t>(n) + sizeof(float) * static_cast<size_t>(nb);
+    std::memset(q + used, 0, static_cast<size_t>(nb) * sizeof(BlockQ8_K) - used);
 }
 
 float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {

@@ -108,6 +108,8 @@ TEST_F(Iq2xxsVbmi, ActivationLayoutHoldsTheQ8KValuesPositionMajor) {
             EXPECT_EQ(d, blocks[b].d) << "nb=" << nb << " block " << b;
         }
         EXPECT_EQ(mismatches, 0) << "nb=" << nb;
+        for (size_t i = static_cast<size_t>(n + 4 * nb); i < a.positional.size(); ++i)
+            ASSERT_EQ(a.positional[i], 0) << "nb=" << nb << ": padding byte " << i << " not zero";
     }
 }
 
