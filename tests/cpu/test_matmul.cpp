@@ -153,10 +153,17 @@ TEST_P(MatmulByType, MatvecMatchesReferenceForAnyThreadCount) {
 }
 
 // Also where the multi-row dots (quant.h VecDotMultiFn) take over: m above their pass of 32 rows,
-// and rows of 17 super-blocks (more than an IQ2_XXS unpack chunk of 16).
+// rows of 17 super-blocks (more than an IQ2_XXS unpack chunk of 16, an odd count of IQ2_XXS
+// pairs), and for the 32-value formats rows of 25 and 49 blocks (an odd last Q8_0 block, after
+// one and three chunks of 16 scales).
 TEST_P(MatmulByType, MatmulEqualsMatvecsBitForBit) {
     const GgmlType type = GetParam();
-    for (auto [n_rows, k] : {std::pair<int64_t, int64_t>{97, 768}, {1003, 768}, {61, 17 * 256}}) {
+    std::vector<std::pair<int64_t, int64_t>> shapes = {{97, 768}, {1003, 768}, {61, 17 * 256}};
+    if (ggml_type_info(type).block_elems <= 32) {
+        shapes.push_back({45, 25 * 32});
+        shapes.push_back({23, 49 * 32});
+    }
+    for (auto [n_rows, k] : shapes) {
         const auto w = random_weights(type, n_rows, k, 2000 + n_rows);
         for (int64_t m : {2, 5, 17, 40}) {
             const auto X = random_floats(m * k, 300 + m);
