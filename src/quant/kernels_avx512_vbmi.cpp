@@ -7,7 +7,7 @@
 // masked vpermi2b pair looks up 64 grid indices at once. A gf2p8affineqb then turns the two
 // level bits of value j into its magnitude (an affine map over GF(2), below), for 64 groups
 // at once. So the 64 bytes of one zmm are value j of 64 groups (two super-blocks), and the
-// activations are laid out to match (kIq2xxsPositionMajor, quant.h):
+// activations are laid out to match (ActivationLayout::Iq2xxsPositionMajor, quant.h):
 //
 //   pair p = super-blocks 2p, 2p+1 of the row, groups g = 0..63 (g < 32: block 2p's group g),
 //   q[512 p + 64 j + g] = value j of group g (the row's value 256 (2p + g / 32) + 8 (g % 32) + j);
