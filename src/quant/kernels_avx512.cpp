@@ -194,6 +194,15 @@ void quantize_row_q8_K(const float *src, void *dst, int64_t n) {
 
 namespace {
 
+// (acc0 + acc1) + (acc2 + acc3), then its 8 lanes, as a float.
+float hsum_f64_acc4(__m512d acc0, __m512d acc1, __m512d acc2, __m512d acc3) {
+    const __m512d acc = _mm512_add_pd(_mm512_add_pd(acc0, acc1), _mm512_add_pd(acc2, acc3));
+    const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(acc), _mm512_extractf64x4_pd(acc, 1));
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return static_cast<float>(_mm_cvtsd_f64(s));
+}
+
 // sum_i double(w_i) * double(x_i) with double accumulators, like the reference (MODEL.md 5.6:
 // the F32 matvec accumulates in double). Weights gives load8(i) and load8_partial(i, mask).
 template <class Weights>
@@ -217,11 +226,7 @@ float dot_f32_in_f64(int64_t n, const Weights &w, const float *x) {
         acc1 = _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8_partial(i, mask)),
                                _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mask, x + i)), acc1);
     }
-    const __m512d acc = _mm512_add_pd(_mm512_add_pd(acc0, acc1), _mm512_add_pd(acc2, acc3));
-    const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(acc), _mm512_extractf64x4_pd(acc, 1));
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
-    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
-    return static_cast<float>(_mm_cvtsd_f64(s));
+    return hsum_f64_acc4(acc0, acc1, acc2, acc3);
 }
 
 struct F32Weights {
@@ -250,6 +255,62 @@ struct BF16Weights {
     }
 };
 
+// dot_f32_in_f64 for m activation rows: each span of kF64Span weights is converted to double
+// once, into a buffer, and every row then runs the single-row operations on it in the same
+// order (acc0..acc3 over the 32-value steps, then the 8-value steps into acc0, the masked tail
+// into acc1), so each result equals dot_f32_in_f64's bit for bit.
+constexpr int64_t kF64Span = 256;  // a multiple of the 32-value step
+
+template <class Weights>
+void dot_f32_in_f64_multi(int64_t n, const Weights &w, const void *x, size_t x_stride, int64_t m,
+                          float *out, int64_t out_stride) {
+    alignas(64) double wd[kF64Span];
+    const int64_t n32 = n / 32 * 32;
+    auto row = [&](int64_t j) {
+        return reinterpret_cast<const float *>(static_cast<const uint8_t *>(x) + j * x_stride);
+    };
+    for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
+        const int64_t rows = std::min(kMultiRows, m - j0);
+        __m512d acc[kMultiRows][4];
+        for (int64_t j = 0; j < rows; ++j)
+            for (auto &a : acc[j]) a = _mm512_setzero_pd();
+        for (int64_t s = 0; s < n32; s += kF64Span) {
+            const int64_t len = std::min(kF64Span, n32 - s);
+            for (int64_t i = 0; i < len; i += 8)
+                _mm512_store_pd(wd + i, _mm512_cvtps_pd(w.load8(s + i)));
+            for (int64_t j = 0; j < rows; ++j) {
+                const float *xj = row(j0 + j) + s;
+                __m512d a0 = acc[j][0], a1 = acc[j][1], a2 = acc[j][2], a3 = acc[j][3];
+                for (int64_t i = 0; i < len; i += 32) {
+                    auto fma8 = [&](int64_t k, __m512d a) {
+                        return _mm512_fmadd_pd(_mm512_load_pd(wd + k),
+                                               _mm512_cvtps_pd(_mm256_loadu_ps(xj + k)), a);
+                    };
+                    a0 = fma8(i, a0);
+                    a1 = fma8(i + 8, a1);
+                    a2 = fma8(i + 16, a2);
+                    a3 = fma8(i + 24, a3);
+                }
+                acc[j][0] = a0, acc[j][1] = a1, acc[j][2] = a2, acc[j][3] = a3;
+            }
+        }
+        for (int64_t j = 0; j < rows; ++j) {
+            const float *xj = row(j0 + j);
+            __m512d a0 = acc[j][0], a1 = acc[j][1];
+            int64_t i = n32;
+            for (; i + 8 <= n; i += 8)
+                a0 = _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8(i)),
+                                     _mm512_cvtps_pd(_mm256_loadu_ps(xj + i)), a0);
+            if (i < n) {
+                const auto mask = static_cast<__mmask8>((1u << (n - i)) - 1);
+                a1 = _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8_partial(i, mask)),
+                                     _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mask, xj + i)), a1);
+            }
+            out[(j0 + j) * out_stride] = hsum_f64_acc4(a0, a1, acc[j][2], acc[j][3]);
+        }
+    }
+}
+
 }  // namespace
 
 float vec_dot_f32_f32(int64_t n, const void *w, const void *x) {
@@ -265,6 +326,24 @@ float vec_dot_f16_f32(int64_t n, const void *w, const void *x) {
 float vec_dot_bf16_f32(int64_t n, const void *w, const void *x) {
     return dot_f32_in_f64(n, BF16Weights{static_cast<const uint16_t *>(w)},
                           static_cast<const float *>(x));
+}
+
+void vec_dot_multi_f32_f32(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                           float *out, int64_t out_stride) {
+    dot_f32_in_f64_multi(n, F32Weights{static_cast<const float *>(w)}, x, x_stride, m, out,
+                         out_stride);
+}
+
+void vec_dot_multi_f16_f32(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                           float *out, int64_t out_stride) {
+    dot_f32_in_f64_multi(n, F16Weights{static_cast<const uint16_t *>(w)}, x, x_stride, m, out,
+                         out_stride);
+}
+
+void vec_dot_multi_bf16_f32(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                            float *out, int64_t out_stride) {
+    dot_f32_in_f64_multi(n, BF16Weights{static_cast<const uint16_t *>(w)}, x, x_stride, m, out,
+                         out_stride);
 }
 
 // y = sum_b f16(d_w) * f16(d_x) * sum_i w_i x_i.

@@ -27,6 +27,12 @@ namespace avx512 {
 DS4_SIMD_KERNEL_DECLS
 // Multi-row dots (VecDotMultiFn): out[j * out_stride] = vec_dot(n, w, x + j * x_stride), bit for
 // bit, with the weight row decoded once for all m activation rows.
+void vec_dot_multi_f32_f32(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                           float *out, int64_t out_stride);
+void vec_dot_multi_f16_f32(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                           float *out, int64_t out_stride);
+void vec_dot_multi_bf16_f32(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                            float *out, int64_t out_stride);
 void vec_dot_multi_q8_0_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
                              float *out, int64_t out_stride);
 void vec_dot_multi_q2_K_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,

@@ -154,8 +154,9 @@ TEST_P(MatmulByType, MatvecMatchesReferenceForAnyThreadCount) {
 
 // Also where the multi-row dots (quant.h VecDotMultiFn) take over: m above their pass of 32 rows,
 // rows of 17 super-blocks (more than an IQ2_XXS unpack chunk of 16, an odd count of IQ2_XXS
-// pairs), and for the 32-value formats rows of 25 and 49 blocks (an odd last Q8_0 block, after
-// one and three chunks of 16 scales).
+// pairs), for the 32-value formats rows of 25 and 49 blocks (an odd last Q8_0 block), and for
+// the float formats a row whose length leaves an 8-value step and a masked tail after the
+// 32-value steps (and spans of 256 values converted once).
 TEST_P(MatmulByType, MatmulEqualsMatvecsBitForBit) {
     const GgmlType type = GetParam();
     std::vector<std::pair<int64_t, int64_t>> shapes = {{97, 768}, {1003, 768}, {61, 17 * 256}};
@@ -163,6 +164,7 @@ TEST_P(MatmulByType, MatmulEqualsMatvecsBitForBit) {
         shapes.push_back({45, 25 * 32});
         shapes.push_back({23, 49 * 32});
     }
+    if (ggml_type_info(type).block_elems == 1) shapes.push_back({19, 1003});  // 31 x 32 + 8 + 3
     for (auto [n_rows, k] : shapes) {
         const auto w = random_weights(type, n_rows, k, 2000 + n_rows);
         for (int64_t m : {2, 5, 17, 40}) {
