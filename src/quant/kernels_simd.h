@@ -20,35 +20,26 @@ namespace ds4::quant {
     float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x);          \
     float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x);
 
+// A multi-row dot (quant.h VecDotMultiFn): out[j * out_stride] = vec_dot(n, w, x + j * x_stride),
+// bit for bit, with the weight row decoded once for all m activation rows.
+using VecDotMultiKernel = void(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
+                               float *out, int64_t out_stride);
+
 namespace avx2 {
 DS4_SIMD_KERNEL_DECLS
 }
 namespace avx512 {
 DS4_SIMD_KERNEL_DECLS
-// Multi-row dots (VecDotMultiFn): out[j * out_stride] = vec_dot(n, w, x + j * x_stride), bit for
-// bit, with the weight row decoded once for all m activation rows.
-void vec_dot_multi_f32_f32(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
-                           float *out, int64_t out_stride);
-void vec_dot_multi_f16_f32(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
-                           float *out, int64_t out_stride);
-void vec_dot_multi_bf16_f32(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
-                            float *out, int64_t out_stride);
-void vec_dot_multi_q8_0_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
-                             float *out, int64_t out_stride);
-void vec_dot_multi_q2_K_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
-                             float *out, int64_t out_stride);
-void vec_dot_multi_q4_K_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
-                             float *out, int64_t out_stride);
-void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
-                                float *out, int64_t out_stride);
+VecDotMultiKernel vec_dot_multi_f32_f32, vec_dot_multi_f16_f32, vec_dot_multi_bf16_f32,
+    vec_dot_multi_q8_0_q8_0, vec_dot_multi_q2_K_q8_K, vec_dot_multi_q4_K_q8_K,
+    vec_dot_multi_iq2_xxs_q8_K;
 }  // namespace avx512
 // IQ2_XXS with VBMI + GFNI shuffles (kernels_avx512_vbmi.cpp): the activation rows are in
 // ActivationLayout::Iq2xxsPositionMajor, written by quantize_row_q8_K_iq2_xxs.
 namespace avx512vbmi {
 void quantize_row_q8_K_iq2_xxs(const float *src, void *dst, int64_t n);
 float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x);
-void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
-                                float *out, int64_t out_stride);
+VecDotMultiKernel vec_dot_multi_iq2_xxs_q8_K;
 }  // namespace avx512vbmi
 
 #undef DS4_SIMD_KERNEL_DECLS
