@@ -203,6 +203,22 @@ float hsum_f64_acc4(__m512d acc0, __m512d acc1, __m512d acc2, __m512d acc3) {
     return static_cast<float>(_mm_cvtsd_f64(s));
 }
 
+// The end of dot_f32_in_f64 from value i (past its 32-value steps): the 8-value steps into acc0,
+// the masked tail into acc1, then the sum.
+template <class Weights>
+float f64_dot_finish(int64_t n, int64_t i, const Weights &w, const float *x, __m512d acc0,
+                     __m512d acc1, __m512d acc2, __m512d acc3) {
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8(i)), _mm512_cvtps_pd(_mm256_loadu_ps(x + i)),
+                               acc0);
+    if (i < n) {
+        const auto mask = static_cast<__mmask8>((1u << (n - i)) - 1);
+        acc1 = _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8_partial(i, mask)),
+                               _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mask, x + i)), acc1);
+    }
+    return hsum_f64_acc4(acc0, acc1, acc2, acc3);
+}
+
 // sum_i double(w_i) * double(x_i) with double accumulators, like the reference (MODEL.md 5.6:
 // the F32 matvec accumulates in double). Weights gives load8(i) and load8_partial(i, mask).
 template <class Weights>
@@ -220,13 +236,7 @@ float dot_f32_in_f64(int64_t n, const Weights &w, const float *x) {
         acc2 = fma8(i + 16, acc2);
         acc3 = fma8(i + 24, acc3);
     }
-    for (; i + 8 <= n; i += 8) acc0 = fma8(i, acc0);
-    if (i < n) {
-        const auto mask = static_cast<__mmask8>((1u << (n - i)) - 1);
-        acc1 = _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8_partial(i, mask)),
-                               _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mask, x + i)), acc1);
-    }
-    return hsum_f64_acc4(acc0, acc1, acc2, acc3);
+    return f64_dot_finish(n, i, w, x, acc0, acc1, acc2, acc3);
 }
 
 struct F32Weights {
@@ -294,20 +304,9 @@ void dot_f32_in_f64_multi(int64_t n, const Weights &w, const void *x, size_t x_s
                 acc[j][0] = a0, acc[j][1] = a1, acc[j][2] = a2, acc[j][3] = a3;
             }
         }
-        for (int64_t j = 0; j < rows; ++j) {
-            const float *xj = row(j0 + j);
-            __m512d a0 = acc[j][0], a1 = acc[j][1];
-            int64_t i = n32;
-            for (; i + 8 <= n; i += 8)
-                a0 = _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8(i)),
-                                     _mm512_cvtps_pd(_mm256_loadu_ps(xj + i)), a0);
-            if (i < n) {
-                const auto mask = static_cast<__mmask8>((1u << (n - i)) - 1);
-                a1 = _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8_partial(i, mask)),
-                                     _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mask, xj + i)), a1);
-            }
-            out[(j0 + j) * out_stride] = hsum_f64_acc4(a0, a1, acc[j][2], acc[j][3]);
-        }
+        for (int64_t j = 0; j < rows; ++j)
+            out[(j0 + j) * out_stride] =
+                f64_dot_finish(n, n32, w, row(j0 + j), acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
     }
 }
 
