@@ -1,28 +1,35 @@
 // IQ2_XXS dot products for AVX-512 CPUs with VBMI and GFNI (Ice Lake, Zen 4 and later): the
-// grid lookup done by byte shuffles instead of 32 scalar table loads per super-block.
+// grid lookup and the signs done by byte shuffles, 64 groups of 8 values at a time.
 //
-// The idea: a grid point is 8 magnitudes, each one of three levels (8, 25, 43). Its 8 levels
-// fit 2 bits each, so two 256-byte tables hold every grid point: lo[i] the levels of values
-// 0..3 of point i, hi[i] those of values 4..7. Both tables live in 8 zmm registers, and one
-// masked vpermi2b pair looks up 64 grid indices at once. A gf2p8affineqb then turns the two
-// level bits of value j into its magnitude (an affine map over GF(2), below), for 64 groups
-// at once. So the 64 bytes of one zmm are value j of 64 groups (two super-blocks), and the
-// activations are laid out to match (ActivationLayout::Iq2xxsPositionMajor, quant.h):
+// A grid point is 8 magnitudes, each one of three levels (8, 25, 43); with its sign, value j of
+// a group is one of 6 states, 3 bits of information: 2 level bits from the grid point, 1 sign
+// bit from the group's sign byte. The kernel
+//   1. looks up the levels of 64 grid indices (a pair of super-blocks) in two 256-entry tables
+//      held in 8 zmm registers (masked vpermi2b pairs): lo holds values 0..3 of a point, 2 bits
+//      each, hi values 4..7;
+//   2. completes the 64 sign bytes (7 sign bits, the 8th their parity) with one vpmultishiftqb
+//      and one gf2p8affineqb, which also moves the bits where step 3 wants them;
+//   3. merges the level bits of two values and their two sign bits into the low 6 bits of one
+//      byte (a vpternlogd bit select; a shift for the second pair of a level byte);
+//   4. maps each such byte to the weight's value plus a bias, w + 64 (21..107, unsigned), with
+//      one vpermb per value position (a 64-entry table);
+//   5. multiplies by the activations with vpdpbusd. The bias adds 64 * (the activations' sum);
+//      the activation row carries minus that per sub-block and the sum starts from it.
+// So the 64 bytes of one zmm are value j of 64 groups (two super-blocks), and the activations
+// are laid out to match (ActivationLayout::Iq2xxsPositionMajor, quant.h):
 //
 //   pair p = super-blocks 2p, 2p+1 of the row, groups g = 0..63 (g < 32: block 2p's group g),
 //   q[512 p + 64 j + g] = value j of group g (the row's value 256 (2p + g / 32) + 8 (g % 32) + j);
 //   a last odd super-block b: q[256 b + 32 j + g] = its value 8 g + j;
 //   then the Q8_K scales d of every super-block, as floats, from byte n on;
-//   then zeros up to the Q8_K row size.
+//   then, from byte n + 4 n / 256, per sub-block s of 32 values: -64 * (sum of its q), int32.
 //
-// That is n + n / 64 bytes, less than the n / 256 * 292 of a Q8_K row, so the buffers stay
-// the Q8_K size. The int8 values are exactly the Q8_K quantizer's.
+// That is n + n / 64 + n / 8 bytes, exactly the n / 256 * 292 of a Q8_K row. The int8 values
+// are exactly the Q8_K quantizer's.
 //
-// Products: vpdpbusd of the magnitudes (unsigned) with the activations negated where the
-// weight is negative (|q| <= 127 for every finite input, so the negation is exact). Lane t
-// of the int32 sum covers bytes 4t..4t+3, i.e. four groups of one sub-block of 32 values, so
-// one vpmulld applies the 16 sub-block scales of a pair. Every integer is exact; the result
-// equals the scalar reference up to float reassociation.
+// Lane t of the int32 sum covers bytes 4t..4t+3, i.e. four groups of one sub-block of 32
+// values, so one vpmulld applies the 16 sub-block scales of a pair. Every integer is exact; the
+// result equals the scalar reference up to float reassociation.
 //
 // Compiled with these flags only (src/quant/CMakeLists.txt): no inline function with external
 // linkage and no std:: template here (see simd_x86_common.h).
@@ -44,12 +51,14 @@ namespace ds4::quant::avx512vbmi {
 namespace {
 
 constexpr int64_t kMultiRows = 32;  // activation rows per pass of the multi-row dot
-constexpr int kPairGroups = 64;     // 8-value groups in a pair of super-blocks
+constexpr int kWeightBias = 64;     // added to every weight value so that vpdpbusd sees u8
+constexpr int kSubBlocks = kQK_K / 32;
 
 // Level of a grid magnitude: 8 -> 0, 25 -> 1, 43 -> 2.
 constexpr uint8_t level_of(uint8_t magnitude) {
     return magnitude == 8 ? 0 : (magnitude == 25 ? 1 : 2);
 }
+constexpr int kMagnitude[4] = {8, 25, 43, 0};  // by level; level 3 never occurs
 
 struct LevelTables {
     alignas(64) uint8_t lo[256];  // bits 2j, 2j+1: the level of value j of grid point i, j < 4
@@ -69,6 +78,27 @@ const LevelTables &level_tables() {
     return tables;
 }
 
+// Step 3's merged bytes. From a level byte L (values a..a+3 at bits 0-1, 2-3, 4-5, 6-7) and a
+// sign byte S (below):
+//   first  = bits 4, 5 from S (the signs of a, a+1), the rest from L: levels of a, a+1 at 0..3;
+//   second = bits 0, 1 from S (the signs of a+2, a+3), the rest from L >> 2: levels of a+2,
+//            a+3 at 2..5.
+// vpermb reads the low 6 bits only, so the garbage in bits 6, 7 is never seen.
+struct MergedField {
+    int level_bit, sign_bit;
+};
+constexpr MergedField kFirstA{0, 4}, kFirstB{2, 5}, kSecondA{2, 0}, kSecondB{4, 1};
+constexpr uint8_t kFirstSignBits = 0x30, kSecondSignBits = 0x03;
+
+// Step 4's table for one field: index -> 64 + (-1)^sign * magnitude(level).
+void weight_table(MergedField f, uint8_t (&table)[64]) {
+    for (int i = 0; i < 64; ++i) {
+        const int magnitude = kMagnitude[(i >> f.level_bit) & 3];
+        table[i] =
+            static_cast<uint8_t>(kWeightBias + ((i >> f.sign_bit) & 1 ? -magnitude : magnitude));
+    }
+}
+
 // gf2p8affineqb computes, per byte x, bit i of the result as the parity of (x AND byte 7-i of
 // the qword matrix), XOR bit i of the immediate. These are the matrices.
 constexpr uint64_t affine_matrix(const uint8_t (&rows)[8]) {  // rows[i]: input bits of output i
@@ -76,52 +106,65 @@ constexpr uint64_t affine_matrix(const uint8_t (&rows)[8]) {  // rows[i]: input 
     for (int i = 0; i < 8; ++i) m |= static_cast<uint64_t>(rows[i]) << (8 * (7 - i));
     return m;
 }
-// Magnitude of the level held in bits s, s+1 (l0, l1): 8 ^ (l0 ? 17 : 0) ^ (l1 ? 35 : 0) gives
-// 8, 25, 43 for levels 0, 1, 2 (level 3 never occurs). Output bits: 0 = l0^l1, 1 = l1, 4 = l0,
-// 5 = l1, and the immediate 8 sets bit 3. Every other input bit is ignored.
-constexpr uint64_t magnitude_matrix(int s) {
-    const uint8_t l0 = static_cast<uint8_t>(1u << s), l1 = static_cast<uint8_t>(1u << (s + 1));
-    const uint8_t rows[8] = {static_cast<uint8_t>(l0 | l1), l1, 0, 0, l0, l1, 0, 0};
-    return affine_matrix(rows);
+// From a 7-bit sign index (input bits 0..6 = the signs of values 0..6; input bit 7 ignored) the
+// sign byte that step 3 merges with the level byte of values a..a+3: the signs of a, a+1 at
+// bits 4, 5 and of a+2, a+3 at bits 0, 1. The sign of value 7 is the parity of bits 0..6
+// (ksigns, MODEL.md 5.4).
+constexpr uint8_t sign_source(int value) {
+    return value == 7 ? uint8_t{0x7F} : static_cast<uint8_t>(1u << value);
 }
-constexpr int kMagnitudeBase = 8;
-// Bits 0..6 kept, bit 7 set to their parity: a 7-bit sign index completed to its sign byte
-// (ksigns, MODEL.md 5.4). Input bit 7 is ignored.
-constexpr uint64_t parity_matrix() {
-    const uint8_t rows[8] = {1, 2, 4, 8, 16, 32, 64, 0x7F};
+constexpr uint64_t sign_matrix(int a) {
+    const uint8_t rows[8] = {sign_source(a + 2), sign_source(a + 3), 0, 0,
+                             sign_source(a),     sign_source(a + 1), 0, 0};
     return affine_matrix(rows);
 }
 
-// Byte b of a pair gathers group b's byte from the two blocks' qs (64 bytes each, as two
-// permutex2var sources): a group's 4 grid indices are bytes 8s..8s+3 of its block's qs
-// (sub-block s = g / 4), its sign word bytes 8s+4..8s+7.
+// vpternlogd immediate for "mask ? b : c" with the operands (mask, b, c).
+constexpr int kSelect = 0xCA;
+
 struct PairConstants {
-    __m512i group_byte;  // group b -> byte 8 (g / 4) + g % 4 of its block (+64: second block)
-    __m512i sign_shift;  // vpmultishiftqb: the four 7-bit sign fields of a qword's high word
-    __m512i scale_word;  // int32 lane t -> the sign/scale word of sub-block t of the pair
-    __m512i parity, one;
+    __m512i index_dwords;  // dword w -> the grid index dword of sub-block w (w >= 8: block 2)
+    __m512i sign_dwords;   // dword w -> the sign and scale word of sub-block w
+    __m512i
+        sign_shift;  // vpmultishiftqb: byte i of a qword <- the 7 bits at 32 (i / 4) + 7 (i % 4)
+    __m512i sign_lo, sign_hi;  // sign_matrix(0), sign_matrix(4)
+    __m512i first_sign_bits, second_sign_bits, one;
     __m512i lo[4], hi[4];  // the level tables, 128 entries per vpermi2b pair
-    __m512i magnitude[4];  // magnitude_matrix(2j) for value j (mod 4)
+    __m512i first_a, first_b, second_a, second_b;  // weight_table of each merged field
+    __m512i spread;  // vpermps: lanes 0..7 <- float 0, lanes 8..15 <- float 1
 };
+
+__m512i load_weight_table(MergedField f) {
+    alignas(64) uint8_t table[64];
+    weight_table(f, table);
+    return _mm512_load_si512(table);
+}
 
 PairConstants pair_constants() {
     PairConstants c;
-    alignas(64) uint8_t group_byte[kPairGroups];
-    for (int b = 0; b < kPairGroups; ++b)
-        group_byte[b] = static_cast<uint8_t>((b < 32 ? 0 : 64) + 8 * ((b % 32) / 4) + b % 4);
-    c.group_byte = _mm512_load_si512(group_byte);
-    // bytes 0..3 of each qword: bits 32+7l .. 32+7l+7 (the top bit is the next field's, and
-    // the parity matrix ignores it); bytes 4..7 the same again
-    c.sign_shift = _mm512_set1_epi64(0x352E2720352E2720LL);
-    c.scale_word = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    c.parity = _mm512_set1_epi64(static_cast<long long>(parity_matrix()));
+    // a block's qs, as 16 dwords: dword 2s = the grid indices of sub-block s, 2s + 1 its sign
+    // and scale word; permutex2var_epi32 index 16 + k reads dword k of the second block
+    c.index_dwords = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    c.sign_dwords = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    // bytes 0..3 of each qword: bits 7l .. 7l+7 of its low word (the top bit is the next
+    // field's, or a scale bit, and the sign matrices ignore it); bytes 4..7 the same of its
+    // high word. So byte g of the result belongs to group g.
+    c.sign_shift = _mm512_set1_epi64(0x352E2720150E0700LL);
+    c.sign_lo = _mm512_set1_epi64(static_cast<long long>(sign_matrix(0)));
+    c.sign_hi = _mm512_set1_epi64(static_cast<long long>(sign_matrix(4)));
+    c.first_sign_bits = _mm512_set1_epi8(static_cast<char>(kFirstSignBits));
+    c.second_sign_bits = _mm512_set1_epi8(static_cast<char>(kSecondSignBits));
     c.one = _mm512_set1_epi32(1);
     const LevelTables &t = level_tables();
     for (int k = 0; k < 4; ++k) {
         c.lo[k] = _mm512_load_si512(t.lo + 64 * k);
         c.hi[k] = _mm512_load_si512(t.hi + 64 * k);
-        c.magnitude[k] = _mm512_set1_epi64(static_cast<long long>(magnitude_matrix(2 * k)));
     }
+    c.first_a = load_weight_table(kFirstA);
+    c.first_b = load_weight_table(kFirstB);
+    c.second_a = load_weight_table(kSecondA);
+    c.second_b = load_weight_table(kSecondB);
+    c.spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     return c;
 }
 
@@ -135,12 +178,31 @@ __m512i lookup256(const __m512i (&table)[4], __m512i index, __mmask64 high) {
 
 // The weight side of a pair of super-blocks, decoded once for any number of activation rows.
 struct PairWeights {
-    __m512i magnitude[8];   // value j of the 64 groups
-    __m512i signs;          // per group: bit j set = value j negative
-    __mmask64 negative[8];  // value j's signs as a mask, per group (negative_masks)
-    __m512i scale;          // 2 ls + 1 of the 16 sub-blocks
-    float d[2];             // f16(d) of the two blocks
+    __m512i biased[8];  // 64 + the value j of the 64 groups
+    __m512i scale;      // 2 ls + 1 of the 16 sub-blocks
 };
+
+// The float scale of each int32 lane of a pair: d_w * d_x of block 0 in lanes 0..7, of
+// block 1 in lanes 8..15 (kLone: lanes 8..15 hold zero sums and get 0).
+template <bool kLone>
+inline __m512 pair_scale(const PairConstants &c, const BlockIQ2_XXS *blocks, const float *dx) {
+    const uint32_t halves = kLone ? blocks[0].d : blocks[0].d | uint32_t{blocks[1].d} << 16;
+    const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
+    const __m128 x =
+        kLone ? _mm_load_ss(dx) : _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double *>(dx)));
+    return _mm512_permutexvar_ps(c.spread, _mm512_castps128_ps512(_mm_mul_ps(dw, x)));
+}
+
+// Values a..a+3 of 64 groups from their level byte and their sign byte (steps 3 and 4).
+inline void decode_quad(const PairConstants &c, __m512i levels, __m512i signs, __m512i *biased) {
+    const __m512i first = _mm512_ternarylogic_epi32(c.first_sign_bits, signs, levels, kSelect);
+    const __m512i second =
+        _mm512_ternarylogic_epi32(c.second_sign_bits, signs, _mm512_srli_epi16(levels, 2), kSelect);
+    biased[0] = _mm512_permutexvar_epi8(first, c.first_a);
+    biased[1] = _mm512_permutexvar_epi8(first, c.first_b);
+    biased[2] = _mm512_permutexvar_epi8(second, c.second_a);
+    biased[3] = _mm512_permutexvar_epi8(second, c.second_b);
+}
 
 // blocks[0] and blocks[1]; kLone: blocks[0], a last odd block, alone (its groups in lanes
 // 0..31; lanes 32..63 decode block zeros, which meet zero activations).
@@ -148,66 +210,47 @@ template <bool kLone>
 inline void decode_pair(const PairConstants &c, const BlockIQ2_XXS *blocks, PairWeights &pw) {
     const __m512i qa = _mm512_loadu_si512(blocks[0].qs);
     const __m512i qb = kLone ? _mm512_setzero_si512() : _mm512_loadu_si512(blocks[1].qs);
-    const __m512i index = _mm512_permutex2var_epi8(qa, c.group_byte, qb);
+    const __m512i index = _mm512_permutex2var_epi32(qa, c.index_dwords, qb);
     const __mmask64 high = _mm512_movepi8_mask(index);
     const __m512i lo = lookup256(c.lo, index, high), hi = lookup256(c.hi, index, high);
-    for (int k = 0; k < 4; ++k) {
-        pw.magnitude[k] = _mm512_gf2p8affine_epi64_epi8(lo, c.magnitude[k], kMagnitudeBase);
-        pw.magnitude[4 + k] = _mm512_gf2p8affine_epi64_epi8(hi, c.magnitude[k], kMagnitudeBase);
-    }
-    __m512i signs =
-        _mm512_permutex2var_epi8(_mm512_multishift_epi64_epi8(c.sign_shift, qa), c.group_byte,
-                                 _mm512_multishift_epi64_epi8(c.sign_shift, qb));
-    signs = _mm512_gf2p8affine_epi64_epi8(signs, c.parity, 0);
-    pw.signs = signs;
-    const __m512i words = _mm512_permutex2var_epi32(qa, c.scale_word, qb);
+    const __m512i words = _mm512_permutex2var_epi32(qa, c.sign_dwords, qb);
+    const __m512i sign_index = _mm512_multishift_epi64_epi8(c.sign_shift, words);
+    decode_quad(c, lo, _mm512_gf2p8affine_epi64_epi8(sign_index, c.sign_lo, 0), pw.biased);
+    decode_quad(c, hi, _mm512_gf2p8affine_epi64_epi8(sign_index, c.sign_hi, 0), pw.biased + 4);
     pw.scale = _mm512_or_si512(_mm512_srli_epi32(words, 27), c.one);  // (word >> 28) * 2 + 1
-    pw.d[0] = simd::f16_to_f32(blocks[0].d);
-    pw.d[1] = kLone ? 0.0f : simd::f16_to_f32(blocks[1].d);
 }
 
-__mmask64 negative_mask(__m512i signs, int j) {
-    return _mm512_test_epi8_mask(signs, _mm512_set1_epi8(static_cast<char>(1u << j)));
-}
-
-// Fills pw.negative, for a pair that meets many activation rows. (A single row tests each
-// mask where it is used: eight live masks would not fit the k registers.)
-void negative_masks(PairWeights &pw) {
-    for (int j = 0; j < 8; ++j) pw.negative[j] = negative_mask(pw.signs, j);
-}
-
-// acc += (d_w * d_x per block) * (2 ls + 1) * sum over the sub-block of magnitude * (+-q), for
-// one activation pair. `q` is the pair's position-major values: 64 bytes per value position, or
-// 32 for a lone last block (kLone: its loads stop at 32 bytes).
-template <bool kLone, bool kMasksReady>
-inline __m512 accumulate_pair(const PairWeights &pw, const int8_t *q, const float *dx, __m512 acc) {
-    constexpr int stride = kLone ? 32 : kPairGroups;
-    constexpr __mmask64 lanes = kLone ? __mmask64{0xFFFFFFFF} : ~__mmask64{0};
-    __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j) {
-        const __m512i x = _mm512_maskz_loadu_epi8(lanes, q + stride * j);
-        const __m512i signed_x =
-            _mm512_mask_sub_epi8(x, kMasksReady ? pw.negative[j] : negative_mask(pw.signs, j),
-                                 _mm512_setzero_si512(), x);
-        if (j % 2 == 0)
-            even = _mm512_dpbusd_epi32(even, pw.magnitude[j], signed_x);
-        else
-            odd = _mm512_dpbusd_epi32(odd, pw.magnitude[j], signed_x);
-    }
-    const __m512i sum = _mm512_mullo_epi32(_mm512_add_epi32(even, odd), pw.scale);
-    const float d0 = pw.d[0] * dx[0], d1 = kLone ? 0.0f : pw.d[1] * dx[1];
-    const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d, acc);
-}
-
-// The q values and the scales of an activation row of n values (layout above).
+// The q values, the scales and the bias corrections of an activation row of n values.
 struct ActivationRow {
     const int8_t *q;
     const float *d;
+    const int32_t *correction;  // -64 * sum of q, per sub-block
 };
 ActivationRow activation_row(const void *x, int64_t n) {
     const auto *bytes = static_cast<const uint8_t *>(x);
-    return {reinterpret_cast<const int8_t *>(bytes), reinterpret_cast<const float *>(bytes + n)};
+    const int64_t nb = n / kQK_K;
+    return {reinterpret_cast<const int8_t *>(bytes), reinterpret_cast<const float *>(bytes + n),
+            reinterpret_cast<const int32_t *>(bytes + n + 4 * nb)};
+}
+
+// acc += d * (2 ls + 1) * sum over the sub-block of value * q, for one activation pair
+// starting at super-block b, d = pair_scale. The q loads of a lone last block stop at 32 bytes.
+template <bool kLone>
+inline __m512 accumulate_pair(const PairWeights &pw, const ActivationRow &row, int64_t b, __m512 d,
+                              __m512 acc) {
+    constexpr int stride = kLone ? 32 : 64;
+    constexpr __mmask64 lanes = kLone ? __mmask64{0xFFFFFFFF} : ~__mmask64{0};
+    const int8_t *q = row.q + b * kQK_K;
+    __m512i even = _mm512_maskz_loadu_epi32(kLone ? 0xFF : 0xFFFF, row.correction + b * kSubBlocks);
+    __m512i odd = _mm512_setzero_si512();
+    for (int j = 0; j < 8; j += 2) {
+        even =
+            _mm512_dpbusd_epi32(even, pw.biased[j], _mm512_maskz_loadu_epi8(lanes, q + stride * j));
+        odd = _mm512_dpbusd_epi32(odd, pw.biased[j + 1],
+                                  _mm512_maskz_loadu_epi8(lanes, q + stride * (j + 1)));
+    }
+    const __m512i sum = _mm512_mullo_epi32(_mm512_add_epi32(even, odd), pw.scale);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d, acc);
 }
 
 float hsum(__m512 acc) {
@@ -220,6 +263,7 @@ void quantize_row_q8_K_iq2_xxs(const float *src, void *dst, int64_t n) {
     const int64_t nb = n / kQK_K;
     auto *q = static_cast<int8_t *>(dst);
     auto *d = reinterpret_cast<float *>(q + n);
+    auto *correction = reinterpret_cast<int32_t *>(q + n + 4 * nb);
     BlockQ8_K blocks[2];
     for (int64_t b = 0; b < nb; b += 2) {
         const int count = nb - b >= 2 ? 2 : 1;
@@ -230,10 +274,13 @@ void quantize_row_q8_K_iq2_xxs(const float *src, void *dst, int64_t n) {
                 for (int j = 0; j < 8; ++j)
                     q[b * kQK_K + groups * j + 32 * h + g] = blocks[h].qs[8 * g + j];
             std::memcpy(d + b + h, &blocks[h].d, sizeof(float));
+            for (int s = 0; s < kSubBlocks; ++s) {
+                const int32_t sum = blocks[h].bsums[2 * s] + blocks[h].bsums[2 * s + 1];
+                const int32_t value = -kWeightBias * sum;
+                std::memcpy(correction + (b + h) * kSubBlocks + s, &value, sizeof value);
+            }
         }
     }
-    const size_t used = static_cast<size_t>(n) + sizeof(float) * static_cast<size_t>(nb);
-    std::memset(q + used, 0, static_cast<size_t>(nb) * sizeof(BlockQ8_K) - used);
 }
 
 float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
@@ -246,11 +293,11 @@ float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         decode_pair<false>(c, wb + b, pw);
-        acc = accumulate_pair<false, false>(pw, row.q + b * kQK_K, row.d + b, acc);
+        acc = accumulate_pair<false>(pw, row, b, pair_scale<false>(c, wb + b, row.d + b), acc);
     }
     if (b < nb) {
         decode_pair<true>(c, wb + b, pw);
-        acc = accumulate_pair<true, false>(pw, row.q + b * kQK_K, row.d + b, acc);
+        acc = accumulate_pair<true>(pw, row, b, pair_scale<true>(c, wb + b, row.d + b), acc);
     }
     return hsum(acc);
 }
@@ -274,12 +321,12 @@ void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t 
                 decode_pair<true>(c, wb + b, pw);
             else
                 decode_pair<false>(c, wb + b, pw);
-            negative_masks(pw);
             for (int64_t j = 0; j < rows; ++j) {
                 const ActivationRow row = activation_row(x_bytes + (j0 + j) * x_stride, n);
-                const int8_t *q = row.q + b * kQK_K;
-                acc[j] = lone ? accumulate_pair<true, true>(pw, q, row.d + b, acc[j])
-                              : accumulate_pair<false, true>(pw, q, row.d + b, acc[j]);
+                acc[j] = lone ? accumulate_pair<true>(
+                                    pw, row, b, pair_scale<true>(c, wb + b, row.d + b), acc[j])
+                              : accumulate_pair<false>(
+                                    pw, row, b, pair_scale<false>(c, wb + b, row.d + b), acc[j]);
             }
         }
         for (int64_t j = 0; j < rows; ++j) out[(j0 + j) * out_stride] = hsum(acc[j]);

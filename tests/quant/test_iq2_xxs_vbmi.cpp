@@ -1,6 +1,7 @@
 // The AVX512Vbmi IQ2_XXS kernels (kernels_avx512_vbmi.cpp) against the scalar reference:
 //   * the position-major activation rows hold exactly the Q8_K quantizer's values and scales,
-//     where quant.h / the kernel file say, and nothing past the Q8_K row size is written;
+//     and the bias corrections (-64 x each sub-block's sum), where the kernel file says, and
+//     nothing past the Q8_K row size is written;
 //   * the dot product is within 1e-5 of sum |w x| of the reference dot on the plain Q8_K row
 //     (random rows, odd and even super-block counts, extreme grid points, scales and signs);
 //   * the multi-row dot equals the single dot bit for bit;
@@ -106,10 +107,19 @@ TEST_F(Iq2xxsVbmi, ActivationLayoutHoldsTheQ8KValuesPositionMajor) {
             float d;
             std::memcpy(&d, a.positional.data() + n + 4 * b, sizeof d);
             EXPECT_EQ(d, blocks[b].d) << "nb=" << nb << " block " << b;
+            // the weight bias correction: -64 times each sub-block's sum of quants
+            for (int s = 0; s < 8; ++s) {
+                int32_t want = 0;
+                for (int i = 0; i < 32; ++i) want += blocks[b].qs[32 * s + i];
+                want *= -64;
+                int32_t got;
+                std::memcpy(&got, a.positional.data() + n + 4 * nb + 4 * (8 * b + s), sizeof got);
+                EXPECT_EQ(got, want) << "nb=" << nb << " block " << b << " sub-block " << s;
+            }
         }
         EXPECT_EQ(mismatches, 0) << "nb=" << nb;
-        for (size_t i = static_cast<size_t>(n + 4 * nb); i < a.positional.size(); ++i)
-            ASSERT_EQ(a.positional[i], 0) << "nb=" << nb << ": padding byte " << i << " not zero";
+        // q, d and the corrections fill the Q8_K row exactly
+        EXPECT_EQ(static_cast<size_t>(n + 4 * nb + 32 * nb), a.positional.size()) << "nb=" << nb;
     }
 }
 
