@@ -15,21 +15,22 @@
 //      one vpermb per value position (a 64-entry table);
 //   5. multiplies by the activations with vpdpbusd. The bias adds 64 * (the activations' sum);
 //      the activation row carries minus that per sub-block and the sum starts from it.
-// So the 64 bytes of one zmm are value j of 64 groups (two super-blocks), and the activations
-// are laid out to match (ActivationLayout::Iq2xxsPositionMajor, quant.h):
+// So the 64 bytes of one zmm are value j of 64 groups (two super-blocks). Byte 4t + i is group
+// i of the sub-block in int32 lane t, and lane t holds, in the order one vshufps gathers them
+// (decode_pair), sub-block 2 (t / 4) + t % 2 of block (t % 4) / 2 of the pair. So one vpmulld
+// applies the 16 sub-block scales of a pair. The activations are laid out to match
+// (ActivationLayout::Iq2xxsPositionMajor, quant.h):
 //
-//   pair p = super-blocks 2p, 2p+1 of the row, groups g = 0..63 (g < 32: block 2p's group g),
-//   q[512 p + 64 j + g] = value j of group g (the row's value 256 (2p + g / 32) + 8 (g % 32) + j);
-//   a last odd super-block b: q[256 b + 32 j + g] = its value 8 g + j;
+//   pair p = super-blocks 2p, 2p+1 of the row, lanes t = 0..15, groups i = 0..3 of a lane,
+//   q[512 p + 64 j + 4 t + i] = value j of group i of lane t's sub-block;
+//   a last odd super-block b alone: sub-block s in lane s, q[256 b + 32 j + 4 s + i];
 //   then the Q8_K scales d of every super-block, as floats, from byte n on;
-//   then, from byte n + 4 n / 256, per sub-block s of 32 values: -64 * (sum of its q), int32.
+//   then, from byte n + 4 n / 256, 16 int32 per pair (8 for a lone block), lane t's
+//   -64 * (sum of its sub-block's q).
 //
 // That is n + n / 64 + n / 8 bytes, exactly the n / 256 * 292 of a Q8_K row. The int8 values
-// are exactly the Q8_K quantizer's.
-//
-// Lane t of the int32 sum covers bytes 4t..4t+3, i.e. four groups of one sub-block of 32
-// values, so one vpmulld applies the 16 sub-block scales of a pair. Every integer is exact; the
-// result equals the scalar reference up to float reassociation.
+// are exactly the Q8_K quantizer's. Every integer is exact; the result equals the scalar
+// reference up to float reassociation.
 //
 // Compiled with these flags only (src/quant/CMakeLists.txt): no inline function with external
 // linkage and no std:: template here (see simd_x86_common.h).
@@ -119,19 +120,36 @@ constexpr uint64_t sign_matrix(int a) {
     return affine_matrix(rows);
 }
 
-// vpternlogd immediate for "mask ? b : c" with the operands (mask, b, c).
-constexpr int kSelect = 0xCA;
+// vpternlogd immediate for "mask ? b : a" with the operands (a, b, mask). The first operand
+// is the one the instruction overwrites, so it is the level byte, not the shared constant.
+constexpr int kSelect = 0xD8;
+
+// Where a pair's values sit. A block's qs, as 16 dwords, holds the grid indices of sub-block s
+// in dword 2s and its sign and scale word in 2s + 1. vshufps gathers, in each 128-bit lane L,
+// the dwords of sub-blocks 2L, 2L+1 of block a, then those of block b (an in-lane shuffle, no
+// index register): once the grid index dwords, once the sign and scale words. So int32 lane t
+// of a pair is sub-block 2 (t / 4) + t % 2 of block (t % 4) / 2, and byte 4t + i of a
+// register is group i of that sub-block.
+constexpr int kIndexDwords = _MM_SHUFFLE(2, 0, 2, 0), kSignDwords = _MM_SHUFFLE(3, 1, 3, 1);
+constexpr int lane_block(int t) {
+    return (t % 4) / 2;
+}
+constexpr int lane_sub_block(int t) {
+    return 2 * (t / 4) + t % 2;
+}
+// A last odd block alone fills the lanes of block 0; its activations are stored compactly,
+// sub-block s at dword s, and spread to lane t by vpermd (lanes of block 1 zeroed).
+constexpr __mmask16 kLoneLanes = 0x3333;
 
 struct PairConstants {
-    __m512i index_dwords;  // dword w -> the grid index dword of sub-block w (w >= 8: block 2)
-    __m512i sign_dwords;   // dword w -> the sign and scale word of sub-block w
-    __m512i
-        sign_shift;  // vpmultishiftqb: byte i of a qword <- the 7 bits at 32 (i / 4) + 7 (i % 4)
+    // vpmultishiftqb: byte i of a qword <- the 7 bits at 32 (i / 4) + 7 (i % 4)
+    __m512i sign_shift;
     __m512i sign_lo, sign_hi;  // sign_matrix(0), sign_matrix(4)
     __m512i first_sign_bits, second_sign_bits, one;
     __m512i lo[4], hi[4];  // the level tables, 128 entries per vpermi2b pair
     __m512i first_a, first_b, second_a, second_b;  // weight_table of each merged field
-    __m512i spread;  // vpermps: lanes 0..7 <- float 0, lanes 8..15 <- float 1
+    __m512i lone_spread;                           // dword t <- compact dword lane_sub_block(t)
+    __m512i lane_blocks;                           // dword t <- lane_block(t)
 };
 
 __m512i load_weight_table(MergedField f) {
@@ -142,13 +160,9 @@ __m512i load_weight_table(MergedField f) {
 
 PairConstants pair_constants() {
     PairConstants c;
-    // a block's qs, as 16 dwords: dword 2s = the grid indices of sub-block s, 2s + 1 its sign
-    // and scale word; permutex2var_epi32 index 16 + k reads dword k of the second block
-    c.index_dwords = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    c.sign_dwords = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     // bytes 0..3 of each qword: bits 7l .. 7l+7 of its low word (the top bit is the next
     // field's, or a scale bit, and the sign matrices ignore it); bytes 4..7 the same of its
-    // high word. So byte g of the result belongs to group g.
+    // high word. So byte 4t + i of the result is the sign index of group i of lane t.
     c.sign_shift = _mm512_set1_epi64(0x352E2720150E0700LL);
     c.sign_lo = _mm512_set1_epi64(static_cast<long long>(sign_matrix(0)));
     c.sign_hi = _mm512_set1_epi64(static_cast<long long>(sign_matrix(4)));
@@ -164,7 +178,11 @@ PairConstants pair_constants() {
     c.first_b = load_weight_table(kFirstB);
     c.second_a = load_weight_table(kSecondA);
     c.second_b = load_weight_table(kSecondB);
-    c.spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    alignas(64) int32_t spread[16];
+    for (int l = 0; l < 16; ++l) spread[l] = lane_sub_block(l);
+    c.lone_spread = _mm512_load_si512(spread);
+    for (int l = 0; l < 16; ++l) spread[l] = lane_block(l);
+    c.lane_blocks = _mm512_load_si512(spread);
     return c;
 }
 
@@ -182,38 +200,28 @@ struct PairWeights {
     __m512i scale;      // 2 ls + 1 of the 16 sub-blocks
 };
 
-// The float scale of each int32 lane of a pair: d_w * d_x of block 0 in lanes 0..7, of
-// block 1 in lanes 8..15 (kLone: lanes 8..15 hold zero sums and get 0).
-template <bool kLone>
-inline __m512 pair_scale(const PairConstants &c, const BlockIQ2_XXS *blocks, const float *dx) {
-    const uint32_t halves = kLone ? blocks[0].d : blocks[0].d | uint32_t{blocks[1].d} << 16;
-    const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
-    const __m128 x =
-        kLone ? _mm_load_ss(dx) : _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double *>(dx)));
-    return _mm512_permutexvar_ps(c.spread, _mm512_castps128_ps512(_mm_mul_ps(dw, x)));
-}
-
 // Values a..a+3 of 64 groups from their level byte and their sign byte (steps 3 and 4).
 inline void decode_quad(const PairConstants &c, __m512i levels, __m512i signs, __m512i *biased) {
-    const __m512i first = _mm512_ternarylogic_epi32(c.first_sign_bits, signs, levels, kSelect);
     const __m512i second =
-        _mm512_ternarylogic_epi32(c.second_sign_bits, signs, _mm512_srli_epi16(levels, 2), kSelect);
+        _mm512_ternarylogic_epi32(_mm512_srli_epi16(levels, 2), signs, c.second_sign_bits, kSelect);
+    const __m512i first = _mm512_ternarylogic_epi32(levels, signs, c.first_sign_bits, kSelect);
     biased[0] = _mm512_permutexvar_epi8(first, c.first_a);
     biased[1] = _mm512_permutexvar_epi8(first, c.first_b);
     biased[2] = _mm512_permutexvar_epi8(second, c.second_a);
     biased[3] = _mm512_permutexvar_epi8(second, c.second_b);
 }
 
-// blocks[0] and blocks[1]; kLone: blocks[0], a last odd block, alone (its groups in lanes
-// 0..31; lanes 32..63 decode block zeros, which meet zero activations).
+// blocks[0] and blocks[1]; kLone: blocks[0], a last odd block, alone (lanes of block 1 decode
+// zeros, which meet zero activations).
 template <bool kLone>
 inline void decode_pair(const PairConstants &c, const BlockIQ2_XXS *blocks, PairWeights &pw) {
-    const __m512i qa = _mm512_loadu_si512(blocks[0].qs);
-    const __m512i qb = kLone ? _mm512_setzero_si512() : _mm512_loadu_si512(blocks[1].qs);
-    const __m512i index = _mm512_permutex2var_epi32(qa, c.index_dwords, qb);
+    const __m512 qa = _mm512_castsi512_ps(_mm512_loadu_si512(blocks[0].qs));
+    const __m512 qb =
+        kLone ? _mm512_setzero_ps() : _mm512_castsi512_ps(_mm512_loadu_si512(blocks[1].qs));
+    const __m512i index = _mm512_castps_si512(_mm512_shuffle_ps(qa, qb, kIndexDwords));
+    const __m512i words = _mm512_castps_si512(_mm512_shuffle_ps(qa, qb, kSignDwords));
     const __mmask64 high = _mm512_movepi8_mask(index);
     const __m512i lo = lookup256(c.lo, index, high), hi = lookup256(c.hi, index, high);
-    const __m512i words = _mm512_permutex2var_epi32(qa, c.sign_dwords, qb);
     const __m512i sign_index = _mm512_multishift_epi64_epi8(c.sign_shift, words);
     decode_quad(c, lo, _mm512_gf2p8affine_epi64_epi8(sign_index, c.sign_lo, 0), pw.biased);
     decode_quad(c, hi, _mm512_gf2p8affine_epi64_epi8(sign_index, c.sign_hi, 0), pw.biased + 4);
@@ -224,7 +232,7 @@ inline void decode_pair(const PairConstants &c, const BlockIQ2_XXS *blocks, Pair
 struct ActivationRow {
     const int8_t *q;
     const float *d;
-    const int32_t *correction;  // -64 * sum of q, per sub-block
+    const int32_t *correction;  // -64 * sum of q, per sub-block, in lane order
 };
 ActivationRow activation_row(const void *x, int64_t n) {
     const auto *bytes = static_cast<const uint8_t *>(x);
@@ -233,21 +241,36 @@ ActivationRow activation_row(const void *x, int64_t n) {
             reinterpret_cast<const int32_t *>(bytes + n + 4 * nb)};
 }
 
-// acc += d * (2 ls + 1) * sum over the sub-block of value * q, for one activation pair
-// starting at super-block b, d = pair_scale. The q loads of a lone last block stop at 32 bytes.
+// The float scale of each int32 lane of a pair: d_w * d_x of block lane_block(t) in lane t
+// (kLone: block 1's lanes hold zero sums and get 0).
 template <bool kLone>
-inline __m512 accumulate_pair(const PairWeights &pw, const ActivationRow &row, int64_t b, __m512 d,
-                              __m512 acc) {
-    constexpr int stride = kLone ? 32 : 64;
-    constexpr __mmask64 lanes = kLone ? __mmask64{0xFFFFFFFF} : ~__mmask64{0};
+inline __m512 pair_scale(const PairConstants &c, const BlockIQ2_XXS *blocks, const float *dx) {
+    const uint32_t halves = kLone ? blocks[0].d : blocks[0].d | uint32_t{blocks[1].d} << 16;
+    const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
+    const __m128 x =
+        kLone ? _mm_load_ss(dx) : _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double *>(dx)));
+    return _mm512_permutexvar_ps(c.lane_blocks, _mm512_castps128_ps512(_mm_mul_ps(dw, x)));
+}
+
+// acc += d * (2 ls + 1) * sum over the sub-block of value * q, for one activation pair
+// starting at super-block b, d = pair_scale.
+template <bool kLone>
+inline __m512 accumulate_pair(const PairConstants &c, const PairWeights &pw,
+                              const ActivationRow &row, int64_t b, __m512 d, __m512 acc) {
     const int8_t *q = row.q + b * kQK_K;
-    __m512i even = _mm512_maskz_loadu_epi32(kLone ? 0xFF : 0xFFFF, row.correction + b * kSubBlocks);
-    __m512i odd = _mm512_setzero_si512();
+    const int32_t *correction = row.correction + b * kSubBlocks;
+    // 64 bytes (16 lanes) of a pair, or 32 compact bytes of a lone block spread to its lanes
+    auto load = [&c](const void *p) {
+        if (!kLone) return _mm512_loadu_si512(p);
+        const __m256i compact = _mm256_loadu_si256(static_cast<const __m256i *>(p));
+        return _mm512_maskz_permutexvar_epi32(kLoneLanes, c.lone_spread,
+                                              _mm512_castsi256_si512(compact));
+    };
+    constexpr int stride = kLone ? 32 : 64;
+    __m512i even = load(correction), odd = _mm512_setzero_si512();
     for (int j = 0; j < 8; j += 2) {
-        even =
-            _mm512_dpbusd_epi32(even, pw.biased[j], _mm512_maskz_loadu_epi8(lanes, q + stride * j));
-        odd = _mm512_dpbusd_epi32(odd, pw.biased[j + 1],
-                                  _mm512_maskz_loadu_epi8(lanes, q + stride * (j + 1)));
+        even = _mm512_dpbusd_epi32(even, pw.biased[j], load(q + stride * j));
+        odd = _mm512_dpbusd_epi32(odd, pw.biased[j + 1], load(q + stride * (j + 1)));
     }
     const __m512i sum = _mm512_mullo_epi32(_mm512_add_epi32(even, odd), pw.scale);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d, acc);
@@ -268,18 +291,21 @@ void quantize_row_q8_K_iq2_xxs(const float *src, void *dst, int64_t n) {
     for (int64_t b = 0; b < nb; b += 2) {
         const int count = nb - b >= 2 ? 2 : 1;
         avx512::quantize_row_q8_K(src + b * kQK_K, blocks, int64_t{count} * kQK_K);
-        const int groups = 32 * count;  // also the bytes per value position
-        for (int h = 0; h < count; ++h) {
-            for (int g = 0; g < 32; ++g)
+        int8_t *pair_q = q + b * kQK_K;
+        const int stride = 32 * count;  // bytes per value position
+        // lane t of a pair: sub-block lane_sub_block(t) of block lane_block(t); a lone block:
+        // sub-block t in lane t
+        for (int t = 0; t < 8 * count; ++t) {
+            const int h = count == 2 ? lane_block(t) : 0;
+            const int s = count == 2 ? lane_sub_block(t) : t;
+            for (int i = 0; i < 4; ++i)
                 for (int j = 0; j < 8; ++j)
-                    q[b * kQK_K + groups * j + 32 * h + g] = blocks[h].qs[8 * g + j];
-            std::memcpy(d + b + h, &blocks[h].d, sizeof(float));
-            for (int s = 0; s < kSubBlocks; ++s) {
-                const int32_t sum = blocks[h].bsums[2 * s] + blocks[h].bsums[2 * s + 1];
-                const int32_t value = -kWeightBias * sum;
-                std::memcpy(correction + (b + h) * kSubBlocks + s, &value, sizeof value);
-            }
+                    pair_q[stride * j + 4 * t + i] = blocks[h].qs[32 * s + 8 * i + j];
+            const int32_t sum = blocks[h].bsums[2 * s] + blocks[h].bsums[2 * s + 1];
+            const int32_t value = -kWeightBias * sum;
+            std::memcpy(correction + b * kSubBlocks + t, &value, sizeof value);
         }
+        for (int h = 0; h < count; ++h) std::memcpy(d + b + h, &blocks[h].d, sizeof(float));
     }
 }
 
@@ -293,11 +319,11 @@ float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         decode_pair<false>(c, wb + b, pw);
-        acc = accumulate_pair<false>(pw, row, b, pair_scale<false>(c, wb + b, row.d + b), acc);
+        acc = accumulate_pair<false>(c, pw, row, b, pair_scale<false>(c, wb + b, row.d + b), acc);
     }
     if (b < nb) {
         decode_pair<true>(c, wb + b, pw);
-        acc = accumulate_pair<true>(pw, row, b, pair_scale<true>(c, wb + b, row.d + b), acc);
+        acc = accumulate_pair<true>(c, pw, row, b, pair_scale<true>(c, wb + b, row.d + b), acc);
     }
     return hsum(acc);
 }
@@ -324,9 +350,9 @@ void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t 
             for (int64_t j = 0; j < rows; ++j) {
                 const ActivationRow row = activation_row(x_bytes + (j0 + j) * x_stride, n);
                 acc[j] = lone ? accumulate_pair<true>(
-                                    pw, row, b, pair_scale<true>(c, wb + b, row.d + b), acc[j])
+                                    c, pw, row, b, pair_scale<true>(c, wb + b, row.d + b), acc[j])
                               : accumulate_pair<false>(
-                                    pw, row, b, pair_scale<false>(c, wb + b, row.d + b), acc[j]);
+                                    c, pw, row, b, pair_scale<false>(c, wb + b, row.d + b), acc[j]);
             }
         }
         for (int64_t j = 0; j < rows; ++j) out[(j0 + j) * out_stride] = hsum(acc[j]);

@@ -94,28 +94,34 @@ TEST_F(Iq2xxsVbmi, ActivationLayoutHoldsTheQ8KValuesPositionMajor) {
         const auto *q = reinterpret_cast<const int8_t *>(a.positional.data());
         int mismatches = 0;
         for (int64_t b = 0; b < nb; ++b) {
-            // a pair of blocks shares 64 groups; a last odd block stands alone with 32
+            // A pair of blocks shares 64 groups, 16 int32 lanes of 4 groups; lane t holds
+            // sub-block 2 (t / 4) + t % 2 of block (t % 4) / 2 of the pair. A last odd block
+            // stands alone with 32 groups, sub-block s in lane s.
             const int64_t pair_start = b / 2 * 2;
+            const int64_t h = b - pair_start;
             const bool alone = pair_start + 1 == nb;
             const int64_t groups = alone ? 32 : 64;
-            for (int g = 0; g < 32; ++g)
-                for (int j = 0; j < 8; ++j) {
-                    const int64_t at = pair_start * kQK_K + groups * j + 32 * (b - pair_start) + g;
-                    if (q[at] != blocks[b].qs[8 * g + j] && ++mismatches <= 5)
-                        ADD_FAILURE() << "nb=" << nb << " block " << b << " value " << 8 * g + j;
-                }
+            for (int s = 0; s < 8; ++s) {
+                const int64_t lane = alone ? s : 4 * (s / 2) + 2 * h + s % 2;
+                for (int i = 0; i < 4; ++i)
+                    for (int j = 0; j < 8; ++j) {
+                        const int64_t at = pair_start * kQK_K + groups * j + 4 * lane + i;
+                        const int value = 32 * s + 8 * i + j;
+                        if (q[at] != blocks[b].qs[value] && ++mismatches <= 5)
+                            ADD_FAILURE() << "nb=" << nb << " block " << b << " value " << value;
+                    }
+                // the weight bias correction: -64 times the sub-block's sum of quants
+                int32_t want = 0;
+                for (int v = 0; v < 32; ++v) want += blocks[b].qs[32 * s + v];
+                want *= -64;
+                int32_t got;
+                std::memcpy(&got, a.positional.data() + n + 4 * nb + 4 * (8 * pair_start + lane),
+                            sizeof got);
+                EXPECT_EQ(got, want) << "nb=" << nb << " block " << b << " sub-block " << s;
+            }
             float d;
             std::memcpy(&d, a.positional.data() + n + 4 * b, sizeof d);
             EXPECT_EQ(d, blocks[b].d) << "nb=" << nb << " block " << b;
-            // the weight bias correction: -64 times each sub-block's sum of quants
-            for (int s = 0; s < 8; ++s) {
-                int32_t want = 0;
-                for (int i = 0; i < 32; ++i) want += blocks[b].qs[32 * s + i];
-                want *= -64;
-                int32_t got;
-                std::memcpy(&got, a.positional.data() + n + 4 * nb + 4 * (8 * b + s), sizeof got);
-                EXPECT_EQ(got, want) << "nb=" << nb << " block " << b << " sub-block " << s;
-            }
         }
         EXPECT_EQ(mismatches, 0) << "nb=" << nb;
         // q, d and the corrections fill the Q8_K row exactly
