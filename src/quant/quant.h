@@ -47,7 +47,8 @@ using VecDotMultiFn = void (*)(int64_t n, const void *w_row, const void *act_row
 // How quantized activation rows are arranged. Blocks: consecutive vec_dot_type blocks.
 // Iq2xxsPositionMajor: the IQ2_XXS kernel of the AVX512Vbmi level wants each pair of Q8_K
 // super-blocks transposed so that one register holds value j of 64 groups of 8, then the
-// scales (kernels_avx512_vbmi.cpp); same int8 values, same number of bytes as the Q8_K row.
+// scales, then -64 x each sub-block's sum (kernels_avx512_vbmi.cpp); same int8 values, same
+// number of bytes as the Q8_K row.
 enum class ActivationLayout { Blocks = 0, Iq2xxsPositionMajor = 1 };
 
 struct TypeKernels {
