@@ -247,8 +247,10 @@ template <bool kLone>
 inline __m512 pair_scale(const PairConstants &c, const BlockIQ2_XXS *blocks, const float *dx) {
     const uint32_t halves = kLone ? blocks[0].d : blocks[0].d | uint32_t{blocks[1].d} << 16;
     const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
-    const __m128 x =
-        kLone ? _mm_load_ss(dx) : _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double *>(dx)));
+    // (_mm_loadl_epi64 reads 8 bytes unaligned; dx is only 4-byte aligned)
+    const __m128 x = kLone
+                         ? _mm_load_ss(dx)
+                         : _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(dx)));
     return _mm512_permutexvar_ps(c.lane_blocks, _mm512_castps128_ps512(_mm_mul_ps(dw, x)));
 }
 
