@@ -330,13 +330,14 @@ float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
     return hsum(acc);
 }
 
-// Each pair decoded once for up to kMultiRows rows; per row the same operations in the same
-// order as vec_dot, so each result equals vec_dot's bit for bit.
-void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
-                                float *out, int64_t out_stride) {
-    const auto *wb = static_cast<const BlockIQ2_XXS *>(w);
+namespace {
+
+// One weight row against m activation rows: each pair decoded once for up to kMultiRows rows;
+// per row the same operations in the same order as vec_dot, so each result equals vec_dot's bit
+// for bit.
+void multi_row(const PairConstants &c, int64_t n, const BlockIQ2_XXS *wb, const void *x,
+               size_t x_stride, int64_t m, float *out, int64_t out_stride) {
     const int64_t nb = n / kQK_K;
-    static const PairConstants c = pair_constants();
     PairWeights pw;
     const auto *x_bytes = static_cast<const uint8_t *>(x);
     for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
@@ -358,6 +359,19 @@ void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, const void *x, size_t 
             }
         }
         for (int64_t j = 0; j < rows; ++j) out[(j0 + j) * out_stride] = hsum(acc[j]);
+    }
+}
+
+}  // namespace
+
+void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, size_t w_stride, int64_t n_w,
+                                const void *x, size_t x_stride, int64_t m, float *out,
+                                int64_t out_stride) {
+    static const PairConstants c = pair_constants();
+    for (int64_t i = 0; i < n_w; ++i) {
+        const auto *row = reinterpret_cast<const BlockIQ2_XXS *>(static_cast<const uint8_t *>(w) +
+                                                                 static_cast<size_t>(i) * w_stride);
+        multi_row(c, n, row, x, x_stride, m, out + i, out_stride);
     }
 }
 

@@ -22,8 +22,9 @@ namespace ds4::quant {
 
 // A multi-row dot (quant.h VecDotMultiFn): out[j * out_stride] = vec_dot(n, w, x + j * x_stride),
 // bit for bit, with the weight row decoded once for all m activation rows.
-using VecDotMultiKernel = void(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
-                               float *out, int64_t out_stride);
+using VecDotMultiKernel = void(int64_t n, const void *w, size_t w_stride, int64_t n_w,
+                               const void *x, size_t x_stride, int64_t m, float *out,
+                               int64_t out_stride);
 
 namespace avx2 {
 DS4_SIMD_KERNEL_DECLS

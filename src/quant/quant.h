@@ -39,10 +39,13 @@ SimdLevel cap_simd_level(SimdLevel cpu, const char *ds4_simd_value);
 using DequantizeRowFn = void (*)(const void *src, float *dst, int64_t n);
 using QuantizeRowFn = void (*)(const float *src, void *dst, int64_t n);
 using VecDotFn = float (*)(int64_t n, const void *w_row, const void *act_row);
-// out[j * out_stride] = vec_dot(n, w_row, act_rows + j * act_stride bytes) for j < m, bit for
-// bit, decoding the weight row once (prefill: one weight row, many tokens).
-using VecDotMultiFn = void (*)(int64_t n, const void *w_row, const void *act_rows,
-                               size_t act_stride, int64_t m, float *out, int64_t out_stride);
+// out[j * out_stride + i] = vec_dot(n, w_rows + i * w_stride bytes, act_rows + j * act_stride
+// bytes) for i < n_w weight rows and j < m activation rows, bit for bit (prefill: many tokens).
+// Each weight row is decoded once for all m rows; a kernel may also take several weight rows
+// per pass, so that an activation block loaded from L2 serves all of them.
+using VecDotMultiFn = void (*)(int64_t n, const void *w_rows, size_t w_stride, int64_t n_w,
+                               const void *act_rows, size_t act_stride, int64_t m, float *out,
+                               int64_t out_stride);
 
 // How quantized activation rows are arranged. Blocks: consecutive vec_dot_type blocks.
 // Iq2xxsPositionMajor: the IQ2_XXS kernel of the AVX512Vbmi level wants each pair of Q8_K

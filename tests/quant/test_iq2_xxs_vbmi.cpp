@@ -179,7 +179,8 @@ TEST_F(Iq2xxsVbmi, MultiRowDotEqualsSingleDotBitForBit) {
                 avx512vbmi::quantize_row_q8_K_iq2_xxs(xf.data(), x.data() + j * stride, n);
             }
             std::vector<float> out(static_cast<size_t>(2 * m), -1.0f);
-            avx512vbmi::vec_dot_multi_iq2_xxs_q8_K(n, w.data(), x.data(), stride, m, out.data(), 2);
+            avx512vbmi::vec_dot_multi_iq2_xxs_q8_K(n, w.data(), 0, 1, x.data(), stride, m,
+                                                   out.data(), 2);
             for (int64_t j = 0; j < m; ++j) {
                 const float single =
                     avx512vbmi::vec_dot_iq2_xxs_q8_K(n, w.data(), x.data() + j * stride);

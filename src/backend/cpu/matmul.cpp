@@ -84,12 +84,13 @@ void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const Activatio
     // L1 (decoded once, where the format has a multi-row dot); the m activation rows
     // (m x ~1.1 bytes x k) stay in L2.
     pool.parallel_for(n, chunk, [&](int64_t row_begin, int64_t row_end, int) {
+        if (vec_dot_multi != nullptr) {
+            vec_dot_multi(k, w_bytes + static_cast<size_t>(row_begin) * w.row_stride, w.row_stride,
+                          row_end - row_begin, x_bytes, x.row_stride, m, Y + row_begin, n);
+            return;
+        }
         for (int64_t r = row_begin; r < row_end; ++r) {
             const uint8_t *w_row = w_bytes + static_cast<size_t>(r) * w.row_stride;
-            if (vec_dot_multi != nullptr) {
-                vec_dot_multi(k, w_row, x_bytes, x.row_stride, m, Y + r, n);
-                continue;
-            }
             for (int64_t j = 0; j < m; ++j)
                 Y[j * n + r] = vec_dot(k, w_row, x_bytes + static_cast<size_t>(j) * x.row_stride);
         }
