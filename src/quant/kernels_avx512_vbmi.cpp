@@ -254,11 +254,12 @@ inline __m512 pair_scale(const PairConstants &c, const BlockIQ2_XXS *blocks, con
     return _mm512_permutexvar_ps(c.lane_blocks, _mm512_castps128_ps512(_mm_mul_ps(dw, x)));
 }
 
-// acc += d * (2 ls + 1) * sum over the sub-block of value * q, for one activation pair
-// starting at super-block b, d = pair_scale.
-template <bool kLone>
-inline __m512 accumulate_pair(const PairConstants &c, const PairWeights &pw,
-                              const ActivationRow &row, int64_t b, __m512 d, __m512 acc) {
+// For each of kW weight rows' pairs pw[w]: acc[w] += d[w] * (2 ls + 1) * sum over the
+// sub-block of value * q, for one activation pair starting at super-block b, d[w] = pair_scale.
+// Each activation register is loaded once for the kW weight rows.
+template <bool kLone, int kW>
+inline void accumulate_pairs(const PairConstants &c, const PairWeights *pw,
+                             const ActivationRow &row, int64_t b, const __m512 *d, __m512 *acc) {
     const int8_t *q = row.q + b * kQK_K;
     const int32_t *correction = row.correction + b * kSubBlocks;
     // 64 bytes (16 lanes) of a pair, or 32 compact bytes of a lone block spread to its lanes
@@ -269,13 +270,20 @@ inline __m512 accumulate_pair(const PairConstants &c, const PairWeights &pw,
                                               _mm512_castsi256_si512(compact));
     };
     constexpr int stride = kLone ? 32 : 64;
-    __m512i even = load(correction), odd = _mm512_setzero_si512();
+    const __m512i start = load(correction);
+    __m512i even[kW], odd[kW];
+    for (int w = 0; w < kW; ++w) even[w] = start, odd[w] = _mm512_setzero_si512();
     for (int j = 0; j < 8; j += 2) {
-        even = _mm512_dpbusd_epi32(even, pw.biased[j], load(q + stride * j));
-        odd = _mm512_dpbusd_epi32(odd, pw.biased[j + 1], load(q + stride * (j + 1)));
+        const __m512i x0 = load(q + stride * j), x1 = load(q + stride * (j + 1));
+        for (int w = 0; w < kW; ++w) {
+            even[w] = _mm512_dpbusd_epi32(even[w], pw[w].biased[j], x0);
+            odd[w] = _mm512_dpbusd_epi32(odd[w], pw[w].biased[j + 1], x1);
+        }
     }
-    const __m512i sum = _mm512_mullo_epi32(_mm512_add_epi32(even, odd), pw.scale);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d, acc);
+    for (int w = 0; w < kW; ++w) {
+        const __m512i sum = _mm512_mullo_epi32(_mm512_add_epi32(even[w], odd[w]), pw[w].scale);
+        acc[w] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d[w], acc[w]);
+    }
 }
 
 float hsum(__m512 acc) {
@@ -321,58 +329,74 @@ float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         decode_pair<false>(c, wb + b, pw);
-        acc = accumulate_pair<false>(c, pw, row, b, pair_scale<false>(c, wb + b, row.d + b), acc);
+        const __m512 d = pair_scale<false>(c, wb + b, row.d + b);
+        accumulate_pairs<false, 1>(c, &pw, row, b, &d, &acc);
     }
     if (b < nb) {
         decode_pair<true>(c, wb + b, pw);
-        acc = accumulate_pair<true>(c, pw, row, b, pair_scale<true>(c, wb + b, row.d + b), acc);
+        const __m512 d = pair_scale<true>(c, wb + b, row.d + b);
+        accumulate_pairs<true, 1>(c, &pw, row, b, &d, &acc);
     }
     return hsum(acc);
 }
 
 namespace {
 
-// One weight row against m activation rows: each pair decoded once for up to kMultiRows rows;
-// per row the same operations in the same order as vec_dot, so each result equals vec_dot's bit
-// for bit.
-void multi_row(const PairConstants &c, int64_t n, const BlockIQ2_XXS *wb, const void *x,
-               size_t x_stride, int64_t m, float *out, int64_t out_stride) {
+// kW weight rows (stride w_stride bytes) against m activation rows: each pair of each weight row
+// decoded once for up to kMultiRows activation rows, each activation register loaded once for
+// the kW weight rows. Per weight row and activation row the operations of vec_dot, in its
+// order, so each result equals vec_dot's bit for bit.
+template <int kW>
+void multi_rows(const PairConstants &c, int64_t n, const uint8_t *w, size_t w_stride, const void *x,
+                size_t x_stride, int64_t m, float *out, int64_t out_stride) {
     const int64_t nb = n / kQK_K;
-    PairWeights pw;
+    PairWeights pw[kW];
+    const BlockIQ2_XXS *wb[kW];
+    for (int i = 0; i < kW; ++i) wb[i] = reinterpret_cast<const BlockIQ2_XXS *>(w + i * w_stride);
     const auto *x_bytes = static_cast<const uint8_t *>(x);
     for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
         const int64_t rows = m - j0 < kMultiRows ? m - j0 : kMultiRows;
-        __m512 acc[kMultiRows];
-        for (int64_t j = 0; j < rows; ++j) acc[j] = _mm512_setzero_ps();
+        __m512 acc[kMultiRows][kW];
+        for (int64_t j = 0; j < rows; ++j)
+            for (int i = 0; i < kW; ++i) acc[j][i] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b += 2) {
             const bool lone = b + 1 == nb;
-            if (lone)
-                decode_pair<true>(c, wb + b, pw);
-            else
-                decode_pair<false>(c, wb + b, pw);
+            for (int i = 0; i < kW; ++i) {
+                if (lone)
+                    decode_pair<true>(c, wb[i] + b, pw[i]);
+                else
+                    decode_pair<false>(c, wb[i] + b, pw[i]);
+            }
             for (int64_t j = 0; j < rows; ++j) {
                 const ActivationRow row = activation_row(x_bytes + (j0 + j) * x_stride, n);
-                acc[j] = lone ? accumulate_pair<true>(
-                                    c, pw, row, b, pair_scale<true>(c, wb + b, row.d + b), acc[j])
-                              : accumulate_pair<false>(
-                                    c, pw, row, b, pair_scale<false>(c, wb + b, row.d + b), acc[j]);
+                __m512 d[kW];
+                for (int i = 0; i < kW; ++i)
+                    d[i] = lone ? pair_scale<true>(c, wb[i] + b, row.d + b)
+                                : pair_scale<false>(c, wb[i] + b, row.d + b);
+                if (lone)
+                    accumulate_pairs<true, kW>(c, pw, row, b, d, acc[j]);
+                else
+                    accumulate_pairs<false, kW>(c, pw, row, b, d, acc[j]);
             }
         }
-        for (int64_t j = 0; j < rows; ++j) out[(j0 + j) * out_stride] = hsum(acc[j]);
+        for (int64_t j = 0; j < rows; ++j)
+            for (int i = 0; i < kW; ++i) out[(j0 + j) * out_stride + i] = hsum(acc[j][i]);
     }
 }
 
 }  // namespace
 
+// Two weight rows per pass (a third would spill the decoded pairs of every row).
 void vec_dot_multi_iq2_xxs_q8_K(int64_t n, const void *w, size_t w_stride, int64_t n_w,
                                 const void *x, size_t x_stride, int64_t m, float *out,
                                 int64_t out_stride) {
     static const PairConstants c = pair_constants();
-    for (int64_t i = 0; i < n_w; ++i) {
-        const auto *row = reinterpret_cast<const BlockIQ2_XXS *>(static_cast<const uint8_t *>(w) +
-                                                                 static_cast<size_t>(i) * w_stride);
-        multi_row(c, n, row, x, x_stride, m, out + i, out_stride);
-    }
+    const auto *rows = static_cast<const uint8_t *>(w);
+    int64_t i = 0;
+    for (; i + 2 <= n_w; i += 2)
+        multi_rows<2>(c, n, rows + i * w_stride, w_stride, x, x_stride, m, out + i, out_stride);
+    if (i < n_w)
+        multi_rows<1>(c, n, rows + i * w_stride, w_stride, x, x_stride, m, out + i, out_stride);
 }
 
 }  // namespace ds4::quant::avx512vbmi

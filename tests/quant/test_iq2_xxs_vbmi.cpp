@@ -167,10 +167,14 @@ TEST_F(Iq2xxsVbmi, DotExactOverEveryGridPointScaleAndSign) {
     }
 }
 
+// 3 weight rows (one pass of two, one of one) against m activation rows.
 TEST_F(Iq2xxsVbmi, MultiRowDotEqualsSingleDotBitForBit) {
+    constexpr int64_t kWeightRows = 3, kOutStride = kWeightRows + 1;  // + a column never written
     for (const int64_t nb : {int64_t{1}, int64_t{4}, int64_t{7}}) {
         const int64_t n = nb * kQK_K;
-        const std::vector<uint8_t> w = random_blocks(GgmlType::IQ2_XXS, n, 5 + nb, 1.0f);
+        const size_t w_stride = row_size(GgmlType::IQ2_XXS, n);
+        const std::vector<uint8_t> w =
+            random_blocks(GgmlType::IQ2_XXS, kWeightRows * n, 5 + nb, 1.0f);
         for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{33}}) {
             const size_t stride = row_size(GgmlType::Q8_K, n);
             std::vector<uint8_t> x(stride * static_cast<size_t>(m));
@@ -178,16 +182,20 @@ TEST_F(Iq2xxsVbmi, MultiRowDotEqualsSingleDotBitForBit) {
                 const std::vector<float> xf = random_activations(n, 50 + j);
                 avx512vbmi::quantize_row_q8_K_iq2_xxs(xf.data(), x.data() + j * stride, n);
             }
-            std::vector<float> out(static_cast<size_t>(2 * m), -1.0f);
-            avx512vbmi::vec_dot_multi_iq2_xxs_q8_K(n, w.data(), 0, 1, x.data(), stride, m,
-                                                   out.data(), 2);
+            std::vector<float> out(static_cast<size_t>(kOutStride * m), -1.0f);
+            avx512vbmi::vec_dot_multi_iq2_xxs_q8_K(n, w.data(), w_stride, kWeightRows, x.data(),
+                                                   stride, m, out.data(), kOutStride);
             for (int64_t j = 0; j < m; ++j) {
-                const float single =
-                    avx512vbmi::vec_dot_iq2_xxs_q8_K(n, w.data(), x.data() + j * stride);
-                EXPECT_EQ(std::memcmp(&out[static_cast<size_t>(2 * j)], &single, sizeof single), 0)
-                    << "nb=" << nb << " m=" << m << " row " << j << ": " << out[2 * j] << " vs "
-                    << single;
-                EXPECT_EQ(out[static_cast<size_t>(2 * j + 1)], -1.0f) << "wrote between outputs";
+                for (int64_t i = 0; i < kWeightRows; ++i) {
+                    const float single = avx512vbmi::vec_dot_iq2_xxs_q8_K(
+                        n, w.data() + i * w_stride, x.data() + j * stride);
+                    const float got = out[static_cast<size_t>(kOutStride * j + i)];
+                    EXPECT_EQ(std::memcmp(&got, &single, sizeof single), 0)
+                        << "nb=" << nb << " m=" << m << " weight row " << i << " row " << j << ": "
+                        << got << " vs " << single;
+                }
+                EXPECT_EQ(out[static_cast<size_t>(kOutStride * j + kWeightRows)], -1.0f)
+                    << "wrote between outputs";
             }
         }
     }
