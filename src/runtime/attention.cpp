@@ -27,15 +27,27 @@ void attend(ForwardContext &ctx, uint32_t il, const float *q, const std::vector<
     const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
     const float *sinks = f32(ctx.w.layers[il].attn_sinks);
     const RopeFreqs &rope = ctx.rope_for_layer(il);
-    // The f32 dot of the block-format kernels (SIMD, f64 accumulation, same result on every path).
-    const quant::VecDotFn dot = quant::kernels(GgmlType::F32).vec_dot;
+    // The f32 dot of the block-format kernels (SIMD, f64 accumulation, same result on every
+    // path). The multi-row form scores a thread's heads against each row at once, converting the
+    // row once for all of them, with the bits of vec_dot per head and row.
+    const quant::TypeKernels &f32_dot = quant::kernels(GgmlType::F32);
+    const size_t row_bytes = size_t(D) * sizeof(float);
     ctx.pool.parallel_for(H, [&](int64_t h0, int64_t h1, int) {
-        std::vector<float> sc(n_rows);
+        std::vector<float> scores(size_t(h1 - h0) * n_rows);
+        if (f32_dot.vec_dot_multi != nullptr && n_rows > 0)
+            f32_dot.vec_dot_multi(D, rows.data(), row_bytes, static_cast<int64_t>(n_rows),
+                                  q + size_t(h0) * D, row_bytes, h1 - h0, scores.data(),
+                                  static_cast<int64_t>(n_rows));
+        else
+            for (int64_t h = h0; h < h1; ++h)
+                for (size_t j = 0; j < n_rows; ++j)
+                    scores[size_t(h - h0) * n_rows + j] =
+                        f32_dot.vec_dot(D, rows.data() + j * D, q + size_t(h) * D);
         for (int64_t h = h0; h < h1; ++h) {
-            const float *qh = q + size_t(h) * D;
+            float *sc = scores.data() + size_t(h - h0) * n_rows;
             float mx = sinks[h];
             for (size_t j = 0; j < n_rows; ++j) {
-                sc[j] = dot(D, rows.data() + j * D, qh) * scale;
+                sc[j] *= scale;
                 mx = std::max(mx, sc[j]);
             }
             float den = std::exp(sinks[h] - mx);
