@@ -20,8 +20,9 @@ namespace ds4::quant {
     float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x);          \
     float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x);
 
-// A multi-row dot (quant.h VecDotMultiFn): out[j * out_stride] = vec_dot(n, w, x + j * x_stride),
-// bit for bit, with the weight row decoded once for all m activation rows.
+// A multi-row dot (quant.h VecDotMultiFn): out[j * out_stride + i] = vec_dot(n, w + i * w_stride,
+// x + j * x_stride), bit for bit, each of the n_w weight rows decoded once for all m activation
+// rows.
 using VecDotMultiKernel = void(int64_t n, const void *w, size_t w_stride, int64_t n_w,
                                const void *x, size_t x_stride, int64_t m, float *out,
                                int64_t out_stride);
