@@ -540,31 +540,35 @@ inline const BlockQ8_K &q8k_row_block(const void *x, size_t x_stride, int64_t j,
     return reinterpret_cast<const BlockQ8_K *>(static_cast<const uint8_t *>(x) + j * x_stride)[b];
 }
 
-// The multi-row loop of the K-quant dots: each weight super-block is decoded once (`decode`
-// into a Decoded), then added into every activation row's two accumulators (`accumulate`: a
-// 16-lane sum and a MinAcc for the sub-mins), and each row ends as hsum(acc) + hsum(acc_min),
-// the single-row dot's order.
+// The multi-row loop of the K-quant dots, over n_w weight rows one at a time: each weight
+// super-block is decoded once (`decode` into a Decoded), then added into every activation row's
+// two accumulators (`accumulate`: a 16-lane sum and a MinAcc for the sub-mins), and each row ends
+// as hsum(acc) + hsum(acc_min), the single-row dot's order.
 template <class WBlock, class Decoded, class MinAcc, class Decode, class Accumulate, class MinSum>
-void kquant_multi_row(int64_t n, const void *w, const void *x, size_t x_stride, int64_t m,
-                      float *out, int64_t out_stride, Decode decode, Accumulate accumulate,
-                      MinSum min_sum) {
-    const auto *wb = static_cast<const WBlock *>(w);
-    Decoded bw;
-    for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
-        const int64_t rows = std::min(kMultiRows, m - j0);
-        __m512 acc[kMultiRows];
-        MinAcc acc_min[kMultiRows];
-        for (int64_t j = 0; j < rows; ++j) {
-            acc[j] = _mm512_setzero_ps();
-            acc_min[j] = MinAcc{};
-        }
-        for (int64_t b = 0; b < n / kQK_K; ++b) {
-            decode(wb[b], bw);
+void kquant_multi_row(int64_t n, const void *w_rows, size_t w_stride, int64_t n_w, const void *x,
+                      size_t x_stride, int64_t m, float *out_rows, int64_t out_stride,
+                      Decode decode, Accumulate accumulate, MinSum min_sum) {
+    for (int64_t i = 0; i < n_w; ++i) {
+        const auto *wb = reinterpret_cast<const WBlock *>(static_cast<const uint8_t *>(w_rows) +
+                                                          static_cast<size_t>(i) * w_stride);
+        float *out = out_rows + i;
+        Decoded bw;
+        for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
+            const int64_t rows = std::min(kMultiRows, m - j0);
+            __m512 acc[kMultiRows];
+            MinAcc acc_min[kMultiRows];
+            for (int64_t j = 0; j < rows; ++j) {
+                acc[j] = _mm512_setzero_ps();
+                acc_min[j] = MinAcc{};
+            }
+            for (int64_t b = 0; b < n / kQK_K; ++b) {
+                decode(wb[b], bw);
+                for (int64_t j = 0; j < rows; ++j)
+                    accumulate(bw, q8k_row_block(x, x_stride, j0 + j, b), acc[j], acc_min[j]);
+            }
             for (int64_t j = 0; j < rows; ++j)
-                accumulate(bw, q8k_row_block(x, x_stride, j0 + j, b), acc[j], acc_min[j]);
+                out[(j0 + j) * out_stride] = hsum_f32x16(acc[j]) + min_sum(acc_min[j]);
         }
-        for (int64_t j = 0; j < rows; ++j)
-            out[(j0 + j) * out_stride] = hsum_f32x16(acc[j]) + min_sum(acc_min[j]);
     }
 }
 
@@ -646,16 +650,15 @@ float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
     return hsum_f32x16(acc) + hsum_f32x8(acc_min);
 }
 
-// The same for m activation rows (VecDotMultiFn), each super-block decoded once.
+// The same for n_w weight rows and m activation rows (VecDotMultiFn), each super-block
+// decoded once.
 void vec_dot_multi_q2_K_q8_K(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
                              size_t x_stride, int64_t m, float *out, int64_t out_stride) {
     const Q2kScaleControls controls;
-    over_weight_rows(w, w_stride, n_w, out, [&](const uint8_t *row, float *row_out) {
-        kquant_multi_row<BlockQ2_K, Q2kBlockWeights, __m256>(
-            n, row, x, x_stride, m, row_out, out_stride,
-            [&](const BlockQ2_K &wq, Q2kBlockWeights &bw) { q2k_block_weights(wq, controls, bw); },
-            q2k_block_accumulate, hsum_f32x8);
-    });
+    kquant_multi_row<BlockQ2_K, Q2kBlockWeights, __m256>(
+        n, w, w_stride, n_w, x, x_stride, m, out, out_stride,
+        [&](const BlockQ2_K &wq, Q2kBlockWeights &bw) { q2k_block_weights(wq, controls, bw); },
+        q2k_block_accumulate, hsum_f32x8);
 }
 
 namespace {
@@ -717,14 +720,13 @@ float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
     return hsum_f32x16(acc) + hsum_f32x4(acc_min);
 }
 
-// The same for m activation rows (VecDotMultiFn), each super-block decoded once.
+// The same for n_w weight rows and m activation rows (VecDotMultiFn), each super-block
+// decoded once.
 void vec_dot_multi_q4_K_q8_K(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
                              size_t x_stride, int64_t m, float *out, int64_t out_stride) {
-    over_weight_rows(w, w_stride, n_w, out, [&](const uint8_t *row, float *row_out) {
-        kquant_multi_row<BlockQ4_K, Q4kBlockWeights, __m128>(n, row, x, x_stride, m, row_out,
-                                                             out_stride, q4k_block_weights,
-                                                             q4k_block_accumulate, hsum_f32x4);
-    });
+    kquant_multi_row<BlockQ4_K, Q4kBlockWeights, __m128>(n, w, w_stride, n_w, x, x_stride, m, out,
+                                                         out_stride, q4k_block_weights,
+                                                         q4k_block_accumulate, hsum_f32x4);
 }
 
 namespace {
