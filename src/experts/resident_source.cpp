@@ -14,7 +14,7 @@ class ResidentSource : public ExpertSource {
         if (expert >= L.ffn_gate_exps->ne[2])
             throw Error("expert " + std::to_string(expert) + " out of range in layer " +
                         std::to_string(layer));
-        // Expert e of a [K, N, n_expert] tensor starts at e * (N * row_bytes) (MODEL.md 2.6).
+        // Expert e of a [K, N, n_expert] tensor starts at e * (N * row_bytes) (docs/MODEL.md 2.6).
         auto slab = [&](model::Tensor t) { return t->data + expert * (t->n_bytes / t->ne[2]); };
         return {slab(L.ffn_gate_exps), slab(L.ffn_up_exps), slab(L.ffn_down_exps)};
     }

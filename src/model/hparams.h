@@ -12,7 +12,7 @@ class File;
 
 namespace ds4::model {
 
-// What a layer does with its attention history (MODEL.md 3).
+// What a layer does with its attention history (docs/MODEL.md 3).
 enum class AttentionKind {
     Window,      // ratio 0: the raw sliding window only
     Overlapped,  // ratio 4: overlapping compressor + indexer top-k over compressed rows
@@ -75,7 +75,7 @@ struct HParams {
     std::string flash_mismatch() const;
 };
 
-// The ratio at which a layer's compressor overlaps windows and the indexer runs (MODEL.md 4.4).
+// The ratio at which a layer's compressor overlaps windows and the indexer runs (docs/MODEL.md 4.4).
 constexpr uint32_t kOverlapRatio = 4;
 
 }  // namespace ds4::model

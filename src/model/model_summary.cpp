@@ -8,7 +8,7 @@ namespace ds4::model {
 
 namespace {
 
-// MODEL.md 11.1 classes; norms inside compressors count as norms.
+// docs/MODEL.md 11.1 classes; norms inside compressors count as norms.
 size_t size_class(TensorRole role) {
     switch (role) {
         case TensorRole::RoutedGateUp:

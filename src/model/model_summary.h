@@ -1,6 +1,6 @@
 #pragma once
 // The `ds4 --inspect` report: dimensions, layer schedule, bytes by tensor class (the classes of
-// MODEL.md 11.1) and the routed-expert quant mix.
+// docs/MODEL.md 11.1) and the routed-expert quant mix.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -17,7 +17,7 @@ struct ClassBytes {
     uint64_t params = 0;
 };
 
-// Tensor bytes grouped by class, in the order of MODEL.md 11.1; the last entry is the total.
+// Tensor bytes grouped by class, in the order of docs/MODEL.md 11.1; the last entry is the total.
 std::vector<ClassBytes> bytes_by_class(const HParams &hp, const ModelWeights &w);
 
 // One line per layer kind run, e.g. "0-1 window, hash-routed".

@@ -17,7 +17,7 @@ enum class QuantMix {
 QuantMix parse_quant_mix(const std::string &name);  // "f32" | "q8_0" | "q2" | "q4"
 const char *quant_mix_name(QuantMix mix);
 
-// The type of a tensor of this role in this mix: the published type (MODEL.md 2.5) for every
+// The type of a tensor of this role in this mix: the published type (docs/MODEL.md 2.5) for every
 // non-routed role, the mix's types for routed experts; everything F32 (tid2eid I32) for F32.
 GgmlType mix_tensor_type(TensorRole role, QuantMix mix);
 

@@ -20,7 +20,7 @@ namespace ds4::model {
 
 namespace {
 
-// The published Flash values (MODEL.md 1.2, 3).
+// The published Flash values (docs/MODEL.md 1.2, 3).
 HParams flash(uint32_t n_vocab) {
     HParams h;
     h.n_layer = 43;

@@ -71,7 +71,7 @@ void for_each_tensor(const HParams &hp, ModelWeights *w,
         t("hc_ffn_base.weight", R::HcBase, {mix}, &LW::hc_ffn_base);
         t("ffn_norm.weight", R::Norm, {E}, &LW::ffn_norm);
         t("ffn_gate_inp.weight", R::Router, {E, X}, &LW::ffn_gate_inp);
-        // The official gate has no bias on hash layers (MODEL.md 12.5); either is accepted.
+        // The official gate has no bias on hash layers (docs/MODEL.md 12.5); either is accepted.
         t("exp_probs_b.bias", R::RouterBias, {X}, &LW::exp_probs_b, false);
         if (hp.is_hash_layer(il))
             t("ffn_gate_tid2eid.weight", R::Tid2Eid, {hp.n_expert_used, V}, &LW::tid2eid);

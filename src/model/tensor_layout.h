@@ -1,6 +1,6 @@
 #pragma once
 // The deepseek4 GGUF tensor layout as data: for given hyper-parameters, every tensor's name,
-// role and shape (MODEL.md 2.1-2.2). Binding, the synthetic model maker and the size report all
+// role and shape (docs/MODEL.md 2.1-2.2). Binding, the synthetic model maker and the size report all
 // walk this one list, so the layout is written down exactly once.
 #include <cstdint>
 #include <functional>

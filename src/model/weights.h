@@ -50,7 +50,7 @@ struct ModelWeights {
     static ModelWeights bind(const gguf::File &f, const HParams &hp);
 };
 
-// `--strict`: the file is exactly the published Flash layout (MODEL.md 2.5): Flash dimensions
+// `--strict`: the file is exactly the published Flash layout (docs/MODEL.md 2.5): Flash dimensions
 // and, per layer, routed experts IQ2_XXS/IQ2_XXS/Q2_K (q2) or Q4_K x3 (q4), every other tensor
 // with its published type. Returns "" or the first difference.
 std::string strict_flash_mismatch(const HParams &hp, const ModelWeights &w);

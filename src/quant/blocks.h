@@ -1,5 +1,5 @@
 #pragma once
-// Byte layouts of the block formats, identical to ggml's (MODEL.md section 5).
+// Byte layouts of the block formats, identical to ggml's (docs/MODEL.md section 5).
 // f16 fields are IEEE binary16 bit patterns.
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 #pragma once
-// Lookup tables of IQ2_XXS (MODEL.md 5.4), the same data as ggml's iq2xxs_grid and
+// Lookup tables of IQ2_XXS (docs/MODEL.md 5.4), the same data as ggml's iq2xxs_grid and
 // ksigns_iq2xs; tests/quant checks them against gguf-py's copy.
 #include <cstdint>
 

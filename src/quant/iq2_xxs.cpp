@@ -1,4 +1,4 @@
-// IQ2_XXS (MODEL.md 5.4): 2.0625 bits per value. Each group of 32 values is four 8-value grid
+// IQ2_XXS (docs/MODEL.md 5.4): 2.0625 bits per value. Each group of 32 values is four 8-value grid
 // points (one byte index each), four 7-bit sign patterns and a 4-bit scale, packed in 8 bytes.
 #include <cstring>
 

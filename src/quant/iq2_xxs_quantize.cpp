@@ -1,4 +1,4 @@
-// IQ2_XXS quantizer (MODEL.md 5.4): ggml's quantize_row_iq2_xxs_impl with every importance weight
+// IQ2_XXS quantizer (docs/MODEL.md 5.4): ggml's quantize_row_iq2_xxs_impl with every importance weight
 // equal to 1, the same f32 arithmetic in the same order, so our blocks equal ggml's byte for byte
 // (tests/quant/test_iq2_xxs_vs_ggml.py checks it against ggml's own library).
 //

@@ -1,6 +1,6 @@
 // AVX-512 (F, BW, VL, DQ, VNNI) twins of the scalar reference kernels (kernels_ref.h): the two
 // activation quantizers (bit-identical to the reference) and the weight-row . activation-row
-// dot products (equal up to float reassociation). Layouts and formulas: MODEL.md section 5.
+// dot products (equal up to float reassociation). Layouts and formulas: docs/MODEL.md section 5.
 //
 // Every integer product is exact for every valid block, -128 activations and weights included:
 //   Q8_0       both operands widened to int16, vpmaddwd;
@@ -152,7 +152,7 @@ void quantize_row_q8_0_activation(const float *src, void *dst, int64_t n) {
     }
 }
 
-// Q8_K activation row (MODEL.md 5.5): vmax = first element of largest |x|, iscale = -127/vmax,
+// Q8_K activation row (docs/MODEL.md 5.5): vmax = first element of largest |x|, iscale = -127/vmax,
 // q = clamp(lrint(iscale * x), -128, 127), d = 1/iscale, bsums = sums of 16 quants.
 void quantize_row_q8_K(const float *src, void *dst, int64_t n) {
     auto *out = static_cast<BlockQ8_K *>(dst);
@@ -219,7 +219,7 @@ float f64_dot_finish(int64_t n, int64_t i, const Weights &w, const float *x, __m
     return hsum_f64_acc4(acc0, acc1, acc2, acc3);
 }
 
-// sum_i double(w_i) * double(x_i) with double accumulators, like the reference (MODEL.md 5.6:
+// sum_i double(w_i) * double(x_i) with double accumulators, like the reference (docs/MODEL.md 5.6:
 // the F32 matvec accumulates in double). Weights gives load8(i) and load8_partial(i, mask).
 template <class Weights>
 float dot_f32_in_f64(int64_t n, const Weights &w, const float *x) {
@@ -746,7 +746,7 @@ struct Iq2Unpacked {
 
 // Each group's second u32 a1 holds four 7-bit sign indices s_l (bits 7l..7l+6) and the scale ls
 // (bits 28..31). Sign byte l is s_l completed by its parity bit (ksigns[s] = s | parity(s) << 7,
-// MODEL.md 5.4), so no table is needed.
+// docs/MODEL.md 5.4), so no table is needed.
 void iq2_xxs_unpack(const BlockIQ2_XXS *blocks, int count, Iq2Unpacked &out) {
     const __m256i m7 = _mm256_set1_epi32(0x7F);
     for (int i = 0; i < count; ++i) {

@@ -110,7 +110,7 @@ constexpr uint64_t affine_matrix(const uint8_t (&rows)[8]) {  // rows[i]: input 
 // From a 7-bit sign index (input bits 0..6 = the signs of values 0..6; input bit 7 ignored) the
 // sign byte that step 3 merges with the level byte of values a..a+3: the signs of a, a+1 at
 // bits 4, 5 and of a+2, a+3 at bits 0, 1. The sign of value 7 is the parity of bits 0..6
-// (ksigns, MODEL.md 5.4).
+// (ksigns, docs/MODEL.md 5.4).
 constexpr uint8_t sign_source(int value) {
     return value == 7 ? uint8_t{0x7F} : static_cast<uint8_t>(1u << value);
 }
@@ -287,7 +287,7 @@ inline void accumulate_pairs(const PairConstants &c, const PairWeights *pw,
 }
 
 float hsum(__m512 acc) {
-    return 0.125f * _mm512_reduce_add_ps(acc);  // the grid's 1/8 (MODEL.md 5.4)
+    return 0.125f * _mm512_reduce_add_ps(acc);  // the grid's 1/8 (docs/MODEL.md 5.4)
 }
 
 }  // namespace

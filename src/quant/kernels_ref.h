@@ -41,7 +41,7 @@ void quantize_row_bf16(const float *src, void *dst, int64_t n);
 //   amax = max |x|;  d = amax / 127;  id = d != 0 ? 1 / d : 0;
 //   q[i] = roundf(x[i] * id)   (round half away from zero);  stored d = f32_to_f16(d).
 void quantize_row_q8_0(const float *src, void *dst, int64_t n);
-// Q8_0 activations, ds4's rule (MODEL.md 5.1, quantize_q8_0_activation): d = amax / 127 (f32),
+// Q8_0 activations, ds4's rule (docs/MODEL.md 5.1, quantize_q8_0_activation): d = amax / 127 (f32),
 //   q[i] = clamp(lrint(x[i] / d), -128, 127)  (a division, round half to even), d = 0 -> q = 0;
 //   stored d = f32_to_f16(d). NaN or out-of-range quotients give -128, as x86's cvtps2dq.
 // It differs from the weight quantizer above on near-ties: x * (1/d) is not x / d.
@@ -50,7 +50,7 @@ void quantize_row_q8_0_activation(const float *src, void *dst, int64_t n);
 // AVX/AVX2/AVX-512): id = 127 / amax (0 when amax = 0), q[i] = round half to even of x[i] * id;
 // stored d = f32_to_f16(amax / 127). Only for comparisons with llama.cpp (docs/LLAMACPP.md).
 void quantize_row_q8_0_llamacpp(const float *src, void *dst, int64_t n);
-// Q8_K, the ds4 activation quantizer (MODEL.md 5.5), per block of 256, all in f32:
+// Q8_K, the ds4 activation quantizer (docs/MODEL.md 5.5), per block of 256, all in f32:
 //   vmax = the FIRST element of largest |x| (signed);  vmax == 0 -> d = 0, q = 0, bsums = 0;
 //   iscale = -127 / vmax;  q[i] = clamp(lrint(iscale * x[i]), -128, 127) (round half to even);
 //   d = 1 / iscale;  bsums[k] = sum of q[16k .. 16k+15].

@@ -1,4 +1,4 @@
-// Q2_K (MODEL.md 5.2): super-blocks of 256 values in 16 sub-blocks of 16. Each sub-block has a
+// Q2_K (docs/MODEL.md 5.2): super-blocks of 256 values in 16 sub-blocks of 16. Each sub-block has a
 // 4-bit scale and a 4-bit min against the f16 super-scales d and dmin:
 //   value = d * sc_k * q - dmin * m_k,  q in 0..3.
 // Quant byte l of each 128-value half holds values l, l+32, l+64, l+96 of that half (2 bits

@@ -1,4 +1,4 @@
-// Q4_K (MODEL.md 5.3): super-blocks of 256 values in 8 sub-blocks of 32. Each sub-block has a
+// Q4_K (docs/MODEL.md 5.3): super-blocks of 256 values in 8 sub-blocks of 32. Each sub-block has a
 // 6-bit scale and a 6-bit min against the f16 super-scales d and dmin:
 //   value = d * sc_j * q - dmin * m_j,  q in 0..15.
 // Sub-blocks 2i and 2i+1 share the 32 bytes qs[32i ..]: low nibbles, then high nibbles.

@@ -37,7 +37,7 @@ inline __m128i mxfp4_doubled_values_128() {
 }
 
 // Unpacks Q4_K's 12 scale bytes into 16 bytes: the 8 six-bit scales sc_0..sc_7, then the 8
-// six-bit mins m_0..m_7 (MODEL.md 5.3):
+// six-bit mins m_0..m_7 (docs/MODEL.md 5.3):
 //   j < 4:  sc = s[j] & 63,                      m = s[j+4] & 63
 //   j >= 4: sc = (s[j+4] & 15) | (s[j-4] >> 6) << 4, m = (s[j+4] >> 4) | (s[j] >> 6) << 4
 inline __m128i q4_K_scales_mins(const uint8_t *scales12) {

@@ -1,5 +1,5 @@
 #pragma once
-// The attention sublayer of one layer for a batch of tokens (MODEL.md 4.3, 4.9): low-rank
+// The attention sublayer of one layer for a batch of tokens (docs/MODEL.md 4.3, 4.9): low-rank
 // queries, one shared KV head, a sliding window of raw rows plus compressed rows (all of them, or
 // the indexer's top-k), a per-head sink logit, and the grouped low-rank output projection.
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// The KV compressor of a compressed layer (MODEL.md 4.4): every token adds a projected value row
+// The KV compressor of a compressed layer (docs/MODEL.md 4.4): every token adds a projected value row
 // and a score row to a rolling window; when the token completes a window of `ratio` positions,
 // a softmax over the window (per column) pools one compressed row, which is normalised, rotated
 // at the window's first position and appended to the cache.

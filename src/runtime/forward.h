@@ -1,6 +1,6 @@
 #pragma once
 // DeepSeek V4 on the CPU: a batch of tokens at positions n_past.. -> the last token's logits,
-// updating the KV cache (MODEL.md 4.8, 4.9). One code path serves decode (a batch of one) and
+// updating the KV cache (docs/MODEL.md 4.8, 4.9). One code path serves decode (a batch of one) and
 // prefill (a chunk): matrix products run over the whole batch, so each weight is read once per
 // chunk, while the per-token state updates (raw window, compressors, indexer, attention) run in
 // position order. Each output element is computed by the same kernel call in both cases, so
@@ -24,12 +24,12 @@ namespace ds4::runtime {
 
 struct ForwardOptions {
     // Simulate the FP8 KV and Hadamard+FP4 indexer quantization the model was trained with
-    // (MODEL.md 4.0). Off only to compare with references that omit it (transformers).
+    // (docs/MODEL.md 4.0). Off only to compare with references that omit it (transformers).
     bool qat_sim = true;
     // Round as llama.cpp's CPU backend does, for comparisons with it only (docs/LLAMACPP.md):
     // activations of F16 weights are rounded to f16 (ggml converts them to the weight's type),
     // and the route weight scales each expert's output after W2 instead of its input before.
-    // Both are equal to the default in exact arithmetic; ds4 keeps f32 (MODEL.md 4.6, 10.4).
+    // Both are equal to the default in exact arithmetic; ds4 keeps f32 (docs/MODEL.md 4.6, 10.4).
     bool llama_cpp_rounding = false;
 };
 

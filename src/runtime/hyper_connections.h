@@ -1,5 +1,5 @@
 #pragma once
-// Manifold-constrained hyper-connections (MODEL.md 4.2): each sublayer reads a weighted sum of
+// Manifold-constrained hyper-connections (docs/MODEL.md 4.2): each sublayer reads a weighted sum of
 // the n_hc residual streams and writes its output back into all of them through a doubly
 // stochastic (Sinkhorn-normalised) mixing matrix.
 #include <vector>

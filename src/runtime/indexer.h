@@ -1,5 +1,5 @@
 #pragma once
-// The lightning indexer of ratio-4 layers (MODEL.md 4.5): scores every visible compressed row
+// The lightning indexer of ratio-4 layers (docs/MODEL.md 4.5): scores every visible compressed row
 // from the indexer's own compressed cache and keeps the top-k for attention.
 #include <cstdint>
 #include <vector>

@@ -1,5 +1,5 @@
 #pragma once
-// Per-session attention state of every layer (MODEL.md 8.1): the raw sliding window, the
+// Per-session attention state of every layer (docs/MODEL.md 8.1): the raw sliding window, the
 // compressed rows, the indexer rows, and the compressors' partial windows. Rows are stored as
 // f16 (the reference engines round cached rows to f16 anyway) or, for exact comparisons with
 // an f32 reference, as f32.
@@ -33,7 +33,7 @@ class RowStore {
     std::vector<float> f_;
 };
 
-// A compressor's rolling window: `rows` rows of `width` values and scores (MODEL.md 4.4).
+// A compressor's rolling window: `rows` rows of `width` values and scores (docs/MODEL.md 4.4).
 struct CompressorState {
     uint32_t rows = 0, width = 0;
     std::vector<float> kv, score;  // rows x width; score -inf marks an unwritten row

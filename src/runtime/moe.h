@@ -1,5 +1,5 @@
 #pragma once
-// The feed-forward sublayer (MODEL.md 4.6): a router picks n_expert_used routed experts (by
+// The feed-forward sublayer (docs/MODEL.md 4.6): a router picks n_expert_used routed experts (by
 // score, or by a token-id table on hash layers), each a clamped SwiGLU weighted before its down
 // projection, plus the always-on shared expert.
 #include <cstdint>

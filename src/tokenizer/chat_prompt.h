@@ -1,6 +1,6 @@
 #pragma once
-// Prompt tokens the way the reference engine's CLI builds them (spec/MODEL.md 7.1-7.2,
-// spec/SURFACES.md 2.3):
+// Prompt tokens the way the reference engine's CLI builds them (docs/MODEL.md 7.1-7.2,
+// docs/SURFACES.md 2.3):
 //
 //   BOS [Think Max prefix] [system] <｜User｜> prompt <｜Assistant｜> (<think> | </think>)
 //

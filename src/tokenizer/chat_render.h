@@ -1,7 +1,7 @@
 #pragma once
 // Renders an API conversation (OpenAI / Anthropic style messages) to the prompt text the
-// reference server feeds to the tokenizer with special-token recognition (spec/MODEL.md 7.3,
-// spec/SURFACES.md 3.6):
+// reference server feeds to the tokenizer with special-token recognition (docs/MODEL.md 7.3,
+// docs/SURFACES.md 3.6):
 //
 //   BOS [Think Max prefix] SYSTEM
 //   then per message:

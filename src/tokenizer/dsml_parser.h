@@ -1,6 +1,6 @@
 #pragma once
 // Turns sampled assistant text back into reasoning, content and structured tool calls
-// (spec/SURFACES.md 3.7).
+// (docs/SURFACES.md 3.7).
 //
 // With thinking, the text before the last </think> (minus an opening <think>) is reasoning and
 // only the text after it is searched for tool calls: DSML inside reasoning is never executed.

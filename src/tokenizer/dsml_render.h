@@ -1,6 +1,6 @@
 #pragma once
 // Text the model reads about tools: the tools system prompt and the canonical DSML of tool
-// calls in the history (spec/MODEL.md 7.3, spec/SURFACES.md 3.6).
+// calls in the history (docs/MODEL.md 7.3, docs/SURFACES.md 3.6).
 //
 // Canonical DSML of a call whose arguments are a JSON object, one parameter per key in the
 // object's own key order:

@@ -1,6 +1,6 @@
 #pragma once
 // The seven special tokens the engine recognises in rendered chat text, as the reference engine
-// does (spec/MODEL.md section 6). Every other added token of the vocabulary (e.g.
+// does (docs/MODEL.md section 6). Every other added token of the vocabulary (e.g.
 // "<｜latest_reminder｜>", "<tool_result>" is not even one) is plain text to the tokenizer.
 // Ids are never hard-coded: they are looked up by string in the vocabulary.
 #include <array>

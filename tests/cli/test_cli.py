@@ -1,4 +1,4 @@
-"""The ds4 command line, end to end on a synthetic tiny model (SURFACES.md 2)."""
+"""The ds4 command line, end to end on a synthetic tiny model (docs/SURFACES.md 2)."""
 import json
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""spec/MODEL.md section 4, read literally, in numpy: a token-by-token decoder over our GGUF.
+"""docs/MODEL.md section 4, read literally, in numpy: a token-by-token decoder over our GGUF.
 
 This is not an oracle (it was written here, from the spec); it is the executable form of the spec
 that the tests run against transformers' fixtures. When it agrees with transformers on every tiny
@@ -6,7 +6,7 @@ model, the spec, the converter's tensor layout and docs/TRANSFORMERS_NOTES.md ag
 when it does not, one of them is wrong. It also gives the C++ engine a step-by-step reference whose
 intermediate values can be printed.
 
-Rounding: `fp8=True` applies MODEL.md's FP8-E4M3 simulation to raw and compressed KV rows and
+Rounding: `fp8=True` applies docs/MODEL.md's FP8-E4M3 simulation to raw and compressed KV rows and
 `fp4=True` the Hadamard+FP4 indexer simulation (transformers does neither; both default off).
 """
 from __future__ import annotations
@@ -123,7 +123,7 @@ def iqat(v):
 
 
 class Compressor:
-    """MODEL.md 4.4 rolling state for one (layer, attention|indexer) compressor."""
+    """docs/MODEL.md 4.4 rolling state for one (layer, attention|indexer) compressor."""
 
     def __init__(self, ratio, d, ape, wkv, wgate, norm, eps):
         self.r, self.d = ratio, d
@@ -202,7 +202,7 @@ class RefModel:
                                             t[b + "indexer_compressor_norm.weight"], self.eps)
         _ = g
 
-    # MODEL.md 4.2
+    # docs/MODEL.md 4.2
     def hc_pre(self, X, fn, scale, base):
         n = self.hc
         flat = rmsnorm(X.reshape(-1), None, self.eps)

@@ -1,8 +1,8 @@
 """tools/convert/ds4_convert.py on the tiny models, checked with gguf-py's GGUFReader.
 
-Every tensor must be present with the type and shape spec/MODEL.md 2.1/2.2 prescribe for its layer
+Every tensor must be present with the type and shape docs/MODEL.md 2.1/2.2 prescribe for its layer
 kind (the table below is written from the spec, not from the converter), every deepseek4.* key of
-MODEL.md 1.2 must carry the config's value, and the dequantized tensors must equal the checkpoint's:
+docs/MODEL.md 1.2 must carry the config's value, and the dequantized tensors must equal the checkpoint's:
 exactly for f32 (and for f16, the f16 rounding of the checkpoint), within Q8_0's half-step for q8_0.
 The checkpoint naming variants (save_pretrained, state_dict, official) must give the same file.
 """
@@ -59,7 +59,7 @@ def converted(hf_dirs, tmp_path_factory):
     return get
 
 
-# ---- MODEL.md 2.1 / 2.2, with the tiny model's dimensions (type per quant mix: f32, f16, q8_0) --------
+# ---- docs/MODEL.md 2.1 / 2.2, with the tiny model's dimensions (type per quant mix: f32, f16, q8_0) --------
 
 def expected_tensors(cfg: dict) -> dict[str, tuple[list[int], dict]]:
     """name -> (ne in GGUF order, {quant: type name})."""
@@ -162,7 +162,7 @@ def expected_metadata(cfg: dict) -> dict:
     }
 
 
-# GGUF value types MODEL.md 1.2 requires where ds4 is picky
+# GGUF value types docs/MODEL.md 1.2 requires where ds4 is picky
 KEY_TYPES = {"deepseek4.context_length": "UINT32", "deepseek4.expert_weights_norm": "BOOL",
              "deepseek4.block_count": "UINT32", "deepseek4.attention.compress_ratios": "UINT32",
              "deepseek4.swiglu_clamp_exp": "FLOAT32"}
@@ -222,7 +222,7 @@ def test_layout_metadata_and_values(model, quant, converted):
     want = expected_tensors(cfg)
     got = {t.name: t for t in r.tensors}
     assert sorted(got) == sorted(want)
-    # the order of MODEL.md 2.1 for the globals, then layer by layer
+    # the order of docs/MODEL.md 2.1 for the globals, then layer by layer
     assert [t.name for t in r.tensors][:6] == ["token_embd.weight", "output_hc_fn.weight", "output_hc_scale.weight",
                                                "output_hc_base.weight", "output_norm.weight", "output.weight"]
     weights = tm.build_weights(model)
@@ -283,7 +283,7 @@ def test_tokenizer_embedded(model, hf_dirs, converted):
     for s in ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>",
               "</think>", "｜DSML｜"):
         assert s in ids, s
-    if model == "vocab_real":  # the published V4 ids (MODEL.md section 6)
+    if model == "vocab_real":  # the published V4 ids (docs/MODEL.md section 6)
         assert [ids[s] for s in ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>",
                                  "<｜Assistant｜>", "<think>", "</think>", "｜DSML｜")] == \
             [0, 1, 128803, 128804, 128821, 128822, 128825]
@@ -305,7 +305,7 @@ def test_tiny_tokenizer_is_byte_complete_and_mergeable():
 
 
 def official_checkpoint(model: str, out: Path, fp8: bool = False) -> Path:
-    """The tiny model under the official DeepSeek names of MODEL.md 2.4 (per-expert tensors, int32
+    """The tiny model under the official DeepSeek names of docs/MODEL.md 2.4 (per-expert tensors, int32
     tid2eid), with the legacy config keys (compress_ratios + MTP entry, num_hash_layers,
     qk_rope_head_dim, flat rope_scaling)."""
     cfg = tm.hf_config(model)

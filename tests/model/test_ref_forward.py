@@ -1,4 +1,4 @@
-"""spec/MODEL.md section 4 (ref_forward.py, numpy) on our GGUFs reproduces transformers' logits.
+"""docs/MODEL.md section 4 (ref_forward.py, numpy) on our GGUFs reproduces transformers' logits.
 
 The expected values are the committed transformers fixtures; nothing here needs torch. This ties
 together the spec, the converter's layout and docs/TRANSFORMERS_NOTES.md: the f32 logits agree to

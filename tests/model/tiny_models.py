@@ -27,7 +27,7 @@ import ds4_convert  # noqa: E402  (tiny byte-level tokenizer shared with the con
 
 S, CSA, HCA = "sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"
 
-# The published Flash rope constants (MODEL.md section 3).
+# The published Flash rope constants (docs/MODEL.md section 3).
 FLASH_YARN = {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 65536,
               "beta_fast": 32, "beta_slow": 1}
 
@@ -96,7 +96,7 @@ MODELS: dict[str, dict] = {
 
 # A trained model: flash_mini's shape, its random init trained by make_tiny_models.py --train on a
 # synthetic language in which each token is followed by table[token] (a fixed random permutation
-# of the vocabulary). Random models have near-flat logits, so the FP8/FP4 simulation (MODEL.md 4.0)
+# of the vocabulary). Random models have near-flat logits, so the FP8/FP4 simulation (docs/MODEL.md 4.0)
 # flips their greedy tokens; a trained model predicts with margins (~8 logits), as the real one
 # does, and the simulation must leave its greedy continuation unchanged. Its weights are the
 # committed fixtures/trained_mini/model.safetensors (torch training is not bit-reproducible across

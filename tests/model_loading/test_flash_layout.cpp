@@ -1,5 +1,5 @@
 // The published Flash layout, built in memory from the layout table (no 86 GB file needed):
-// strict recognition, and the byte totals that MODEL.md Appendix A computes independently from
+// strict recognition, and the byte totals that docs/MODEL.md Appendix A computes independently from
 // the block sizes (86,714,775,900 B for q2, 164,628,167,004 B for q4).
 #include <gtest/gtest.h>
 
@@ -47,10 +47,10 @@ TEST(FlashLayout, TensorCountAndBytesMatchTheSpec) {
     InMemoryModel q2, q4;
     build(q2, GgmlType::IQ2_XXS, GgmlType::Q2_K);
     build(q4, GgmlType::Q4_K, GgmlType::Q4_K);
-    EXPECT_EQ(q2.infos.size(), 1328u);  // MODEL.md 2.2
+    EXPECT_EQ(q2.infos.size(), 1328u);  // docs/MODEL.md 2.2
     EXPECT_EQ(bytes_by_class(q2.hp, q2.w).back().bytes, 86714775900ull);
     EXPECT_EQ(bytes_by_class(q4.hp, q4.w).back().bytes, 164628167004ull);
-    // MODEL.md 11.1: routed experts 77.91 GB (q2), 277.03 B routed parameters, 284.34 B in all
+    // docs/MODEL.md 11.1: routed experts 77.91 GB (q2), 277.03 B routed parameters, 284.34 B in all
     // (the table rounds; 0.01 B of slack).
     const auto c = bytes_by_class(q2.hp, q2.w);
     EXPECT_NEAR(c[0].bytes / 1e9, 77.91, 0.005);
@@ -70,7 +70,7 @@ TEST(FlashLayout, StrictAcceptsPublishedMixesAndNamesTheFirstDifference) {
     EXPECT_EQ(
         strict_flash_mismatch(q8.hp, q8.w),
         "blk.0: routed experts are q8_0, the published layouts are IQ2_XXS/Q2_K (q2) or Q4_K (q4)");
-    // Mixed per-layer q2/q4 files are legitimate (MODEL.md 2.2).
+    // Mixed per-layer q2/q4 files are legitimate (docs/MODEL.md 2.2).
     const_cast<gguf::TensorInfo *>(q2.w.layers[7].ffn_gate_exps)->type = GgmlType::Q4_K;
     const_cast<gguf::TensorInfo *>(q2.w.layers[7].ffn_up_exps)->type = GgmlType::Q4_K;
     const_cast<gguf::TensorInfo *>(q2.w.layers[7].ffn_down_exps)->type = GgmlType::Q4_K;

@@ -24,11 +24,11 @@ TEST(RealModel, LoadsStrictlyWithThePublishedByteCounts) {
     if (!real_model()) GTEST_SKIP() << "DS4_TEST_MODEL is not set: no published GGUF to check";
     auto m = runtime::Model::load(real_model(), {.strict = true});
     EXPECT_TRUE(m->hparams().is_flash());
-    EXPECT_EQ(m->file().tensors().size(), 1328u);  // MODEL.md 2.2
+    EXPECT_EQ(m->file().tensors().size(), 1328u);  // docs/MODEL.md 2.2
     const auto classes = model::bytes_by_class(m->hparams(), m->weights());
     const std::string mix = model::routed_quant_mix(m->hparams(), m->weights());
     if (mix == "q2") {
-        EXPECT_EQ(classes.back().bytes, 86714775900ull);  // MODEL.md Appendix A
+        EXPECT_EQ(classes.back().bytes, 86714775900ull);  // docs/MODEL.md Appendix A
     } else if (mix == "q4") {
         EXPECT_EQ(classes.back().bytes, 164628167004ull);
     }

@@ -8,7 +8,7 @@ bit-exact with ggml) or from numpy itself, never from ds4cpp:
   <fmt>.dequant.f32     gguf.quants.dequantize of those blocks
                         (q8_k: gguf-py has no Q8_K, so numpy computes d * q, see q8_k_dequantize)
   q8_0.quantize.in.f32 / q8_0.quantize.out      gguf.quants.quantize(..., Q8_0)
-  q8_k.quantize.in.f32 / q8_k.quantize.out      the ds4 activation quantizer of MODEL.md 5.5,
+  q8_k.quantize.in.f32 / q8_k.quantize.out      the ds4 activation quantizer of docs/MODEL.md 5.5,
                                                 written out in numpy below (q8_k_quantize)
   f16_all.f32           numpy float16 -> float32 of all 65536 bit patterns
   f32_to_f16.in.f32 / f32_to_f16.out.u16        numpy float32 -> float16 (round to nearest even)
@@ -108,7 +108,7 @@ def q8_k_dequantize(blocks: np.ndarray) -> np.ndarray:
 
 
 def q8_k_quantize(x: np.ndarray) -> np.ndarray:
-    """MODEL.md 5.5: vmax = the first element of largest |x| (signed); iscale = -127/vmax;
+    """docs/MODEL.md 5.5: vmax = the first element of largest |x| (signed); iscale = -127/vmax;
     q = clamp(rint(iscale*x), -128, 127) (round half to even); d = 1/iscale; all zero if
     vmax == 0; bsums[k] = sum of q[16k .. 16k+15]. All arithmetic in f32."""
     x = x.astype(np.float32).reshape(-1, 256)

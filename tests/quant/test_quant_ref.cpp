@@ -1,7 +1,7 @@
 // The scalar reference kernels against independent oracles:
 //  - dequantization: bit for bit against gguf-py's numpy decoders (fixtures);
 //  - the activation quantizers Q8_0 and Q8_K: bit for bit against gguf-py (Q8_0) and a numpy
-//    transcription of MODEL.md 5.5 (Q8_K), at every SIMD level this CPU runs;
+//    transcription of docs/MODEL.md 5.5 (Q8_K), at every SIMD level this CPU runs;
 //  - dot products: against an f64 dot of the dequantized operands;
 //  - the Q2_K / Q4_K quantizers: round-trip error bounds.
 #include <gtest/gtest.h>
@@ -140,7 +140,7 @@ TEST(ActivationQuantizers, Q8_0WeightQuantizerMatchesGgufPy) {
     expect_quantizer_matches_fixture(GgmlType::Q8_0, "q8_0");
 }
 
-// MODEL.md 5.1: ds4 quantizes Q8_0 activations with q = lrint(x / d), rounding half to even,
+// docs/MODEL.md 5.1: ds4 quantizes Q8_0 activations with q = lrint(x / d), rounding half to even,
 // where the weight quantizer (gguf-py, ggml's reference) rounds half away from zero. With
 // amax = 127, d = 1 exactly, so the values below sit exactly on ties.
 TEST(ActivationQuantizers, Q8_0ActivationsRoundTiesToEvenAsDs4) {

@@ -1,6 +1,6 @@
 // The model's numeric primitives against independent references: ml_dtypes' FP8/FP4 casts and
 // scipy's Hadamard matrix (fixtures/primitives.json, from gen_primitive_fixtures.py), and the
-// YaRN frequency table printed in MODEL.md 4.0.
+// YaRN frequency table printed in docs/MODEL.md 4.0.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,7 +75,7 @@ TEST(QatSim, RoundingEdges) {
     EXPECT_EQ(round_e2m1(2.5f), 2.0f);
 }
 
-// MODEL.md 4.0: compressed-layer frequencies for base 160000, YaRN factor 16, original context
+// docs/MODEL.md 4.0: compressed-layer frequencies for base 160000, YaRN factor 16, original context
 // 65536, betas 32 / 1 (the spec prints them to 6 significant digits).
 TEST(Rope, YarnTableMatchesTheSpec) {
     const double expect[32] = {

@@ -76,7 +76,7 @@ TEST(Session, SplitEvaluationEqualsOneCall) {
     EXPECT_EQ(whole, split);
 }
 
-// MODEL.md Appendix A.6: batched prefill then decode equals token-by-token decode, for prompt
+// docs/MODEL.md Appendix A.6: batched prefill then decode equals token-by-token decode, for prompt
 // lengths around every boundary of the tiny shape (window 8, ratios 4 and 16, the indexer
 // selecting from the 5th compressed row of ratio-4 layers = position 19) and several chunk sizes.
 TEST(Session, PrefillThenDecodeEqualsDecodeOnly) {
@@ -161,7 +161,7 @@ TEST(Sampler, GreedyTopKAndSeeds) {
     EXPECT_THROW(Sampler({.top_p = 0.0f}), Error);
 }
 
-// SURFACES.md 1: min-p first (relative to the top token), then top-p over the sorted survivors,
+// docs/SURFACES.md 1: min-p first (relative to the top token), then top-p over the sorted survivors,
 // renormalized: here min-p removes token 2 (weight 0.05 < 0.06), so the survivors are 0 and 1 with
 // half the mass each and top-p 0.5 keeps token 0 alone (over all three tokens it would need
 // 0.5 x 2.05 and keep 0 and 1).

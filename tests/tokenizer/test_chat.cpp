@@ -2,7 +2,7 @@
 //
 // Oracles: the official API's usage.prompt_tokens for the five official vectors (rendered with
 // -sys "" and no-think); strings produced by DeepSeek's reference encoder (encoding_dsv4.py) for
-// the cases where the reference engine renders the same thing; the token ids MODEL.md section 6
+// the cases where the reference engine renders the same thing; the token ids docs/MODEL.md section 6
 // quotes from DeepSeek's own V4 tokenizer tests; and, for DSML, render-then-parse round trips.
 #include <gtest/gtest.h>
 
@@ -83,7 +83,7 @@ TEST(ChatPrompt, ThinkMaxPrefixIsTheReferenceText) {
 }
 
 TEST(ChatPrompt, PreRenderedTranscriptIsTokenizedAsWritten) {
-    // The ids DeepSeek's V4 tokenizer tests assert for this text (MODEL.md section 6), with BOS.
+    // The ids DeepSeek's V4 tokenizer tests assert for this text (docs/MODEL.md section 6), with BOS.
     const std::string text =
         "<｜begin▁of▁sentence｜><｜User｜>你好<｜Assistant｜><think>推理</"
         "think>答案<｜end▁of▁sentence｜>";

@@ -61,7 +61,7 @@ TEST(TokenizerCorpus, SameIdsFromFourThreadsAtOnce) {
 }
 
 TEST(TokenizerPlainText, SpecialTokenStringsAreOrdinaryText) {
-    // The CLI encodes user text without special-token recognition (MODEL.md 7.2).
+    // The CLI encodes user text without special-token recognition (docs/MODEL.md 7.2).
     const Tokenizer &tok = v4_tokenizer();
     const auto plain = tok.encode("<think>");
     EXPECT_GT(plain.size(), 1u);

@@ -36,7 +36,7 @@ TEST(Vocabulary, ChatSpecialIdsAreTheV4Ones) {
     EXPECT_EQ(s.think_open, expected[std::string(kThinkOpenText)].get<int32_t>());
     EXPECT_EQ(s.think_close, expected[std::string(kThinkCloseText)].get<int32_t>());
     EXPECT_EQ(s.dsml, expected[std::string(kDsmlText)].get<int32_t>());
-    // The values spec/MODEL.md section 6 gives, which the oracle confirms.
+    // The values docs/MODEL.md section 6 gives, which the oracle confirms.
     EXPECT_EQ(std::vector<int32_t>(
                   {s.bos, s.eos, s.user, s.assistant, s.think_open, s.think_close, s.dsml}),
               std::vector<int32_t>({0, 1, 128803, 128804, 128821, 128822, 128825}));

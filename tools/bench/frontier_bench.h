@@ -1,5 +1,5 @@
 #pragma once
-// One pass of the frontier method (SURFACES 5.1) over a fresh session: at each frontier, prefill
+// One pass of the frontier method (docs/SURFACES.md 5.1) over a fresh session: at each frontier, prefill
 // only the tokens since the previous frontier (timed), snapshot (untimed), greedily decode exactly
 // gen_tokens tokens with EOS excluded (timed token by token), restore the snapshot (untimed).
 #include <cstddef>

@@ -1,5 +1,5 @@
 #pragma once
-// The context lengths ds4-bench measures at (SURFACES 5.1): ctx_start, then +step_incr (or
+// The context lengths ds4-bench measures at (docs/SURFACES.md 5.1): ctx_start, then +step_incr (or
 // x step_mul, rounded up, when step_mul > 1) up to ctx_max, the last one clamped to ctx_max.
 #include <cstdint>
 #include <vector>

@@ -1,4 +1,4 @@
-// ds4-bench: throughput at context frontiers, the reference's method (SURFACES 5.1), with latency
+// ds4-bench: throughput at context frontiers, the reference's method (docs/SURFACES.md 5.1), with latency
 // percentiles, peak memory, a hash of the generated tokens, medians over --runs, and a release
 // gate against a baseline CSV (--baseline FILE --max-regress PCT: exit 1 on a regression or on
 // different tokens). The method lives in frontier_bench.h; this file is flags, prompt and output.

@@ -1,5 +1,5 @@
 #pragma once
-// The ds4 CLI's options (SURFACES 2.2), shared by the one-shot and interactive modes.
+// The ds4 CLI's options (docs/SURFACES.md 2.2), shared by the one-shot and interactive modes.
 #include <cstdint>
 #include <string>
 

@@ -1,4 +1,4 @@
-// ds4: the command-line front end (spec/SURFACES.md section 2).
+// ds4: the command-line front end (docs/SURFACES.md section 2).
 //
 // Modes, in order of precedence: --dump-tokens (tokenizer only), --inspect (load and describe the
 // model), --dump-logprobs (greedy continuation with alternatives, as JSON), one-shot generation
@@ -55,7 +55,7 @@ std::string read_file_bytes(const std::string &path) {
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// SURFACES 2.5: the ids as one line, then one line per token: the id right-aligned in six
+// docs/SURFACES.md 2.5: the ids as one line, then one line per token: the id right-aligned in six
 // columns, two spaces, the raw bytes of the token.
 void print_tokens(const ds4::tokenizer::Tokenizer &tok, const std::vector<int32_t> &ids) {
     std::string line = "[";

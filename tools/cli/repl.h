@@ -1,5 +1,5 @@
 #pragma once
-// Interactive multi-turn chat (SURFACES 2.8): one live session whose KV cache carries over from
+// Interactive multi-turn chat (docs/SURFACES.md 2.8): one live session whose KV cache carries over from
 // turn to turn, so each turn prefills only its new tokens.
 #include "cli_options.h"
 #include "runtime/session.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Convert a DeepSeek V4 checkpoint (safetensors) to the ds4 GGUF layout (spec/MODEL.md sections 1-2).
+"""Convert a DeepSeek V4 checkpoint (safetensors) to the ds4 GGUF layout (docs/MODEL.md sections 1-2).
 
 Usage: ds4-convert HF_DIR OUT.gguf [--quant f32|f16|q8_0|q2|q4]
 
@@ -8,21 +8,21 @@ Input: a folder with config.json, *.safetensors (one file or shards) and optiona
   * transformers' DeepseekV4ForCausalLM names (`model.layers.N.self_attn.q_a_proj.weight`, fused
     `mlp.experts.gate_up_proj` [E, 2I, H] and `mlp.experts.down_proj` [E, H, I]), as written by
     save_pretrained;
-  * the official checkpoint names of MODEL.md 2.4 (`layers.N.attn.wq_a.weight`, per-expert
+  * the official checkpoint names of docs/MODEL.md 2.4 (`layers.N.attn.wq_a.weight`, per-expert
     `layers.N.ffn.experts.X.w1.weight`, ...). Official FP8 e4m3 weights are dequantized with their
     `.scale` (or `.weight_scale_inv`) companion: one E8M0 (or f32) scale per 128x128 block. FP4 e2m1
     weights (stored as int8/uint8, two values per byte, low nibble first, [N, K/2]) are dequantized
     with one E8M0 scale per 32 inputs ([N, K/32]). This follows the official inference code's layout
     as seen in public copies; it has not been run on the real checkpoint here.
-  * `mtp.*` tensors are skipped (the MTP block goes to its own GGUF, MODEL.md 2.3).
+  * `mtp.*` tensors are skipped (the MTP block goes to its own GGUF, docs/MODEL.md 2.3).
 
-Output: GGUF v3, architecture `deepseek4`, every key of MODEL.md 1.2 and the tensors of 2.1/2.2 with
+Output: GGUF v3, architecture `deepseek4`, every key of docs/MODEL.md 1.2 and the tensors of 2.1/2.2 with
 ne0 = input features (a PyTorch [out, in] weight is written as is: gguf-py reverses the numpy shape).
 
 Quant mixes (--quant):
   f32   every tensor F32 (ffn_gate_tid2eid I32)
   f16   tensors with 2+ dims F16; 1-D norms, scales, biases, sinks F32; tid2eid I32
-  q8_0  the published types of MODEL.md 2.1/2.2, with Q8_0 in place of the routed-expert types
+  q8_0  the published types of docs/MODEL.md 2.1/2.2, with Q8_0 in place of the routed-expert types
         (a Q8_0 tensor whose ne0 is not a multiple of 32 falls back to F16, with a warning)
   q2    the published q2 layout: routed gate/up IQ2_XXS, down Q2_K, the rest as q8_0
   q4    the published q4 layout: routed experts Q4_K, the rest as q8_0
@@ -485,7 +485,7 @@ def build_plan(st: SafetensorsDir, hp: HParams) -> list[Plan]:
             if N["ffn_gate_tid2eid"] not in names:
                 raise ConvertError(f"hash layer {i} lacks {N['ffn_gate_tid2eid']}")
             add(b + "ffn_gate_tid2eid.weight", N["ffn_gate_tid2eid"], (V, hp.n_used), kind="tid2eid")
-            if N["exp_probs_b"] in names:  # MODEL.md 2.2: optional; ds4 ignores it on hash layers
+            if N["exp_probs_b"] in names:  # docs/MODEL.md 2.2: optional; ds4 ignores it on hash layers
                 add(b + "exp_probs_b.bias", N["exp_probs_b"], (E,))
         else:
             if N["ffn_gate_tid2eid"] in names:
@@ -523,7 +523,7 @@ def build_plan(st: SafetensorsDir, hp: HParams) -> list[Plan]:
 
 
 # --------------------------------------------------------------------------------------------
-# types per quant mix (MODEL.md 2.1/2.2 and 2.5)
+# types per quant mix (docs/MODEL.md 2.1/2.2 and 2.5)
 # --------------------------------------------------------------------------------------------
 
 F32, F16, Q8_0, I32 = "F32", "F16", "Q8_0", "I32"
@@ -575,7 +575,7 @@ def tensor_type(pl: Plan, quant: str, warn) -> str:
 # --------------------------------------------------------------------------------------------
 
 def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character map (MODEL.md section 6)."""
+    """GPT-2's byte -> printable character map (docs/MODEL.md section 6)."""
     bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
     cs = bs[:]
     n = 0
@@ -698,7 +698,7 @@ def write_metadata(w, hp: HParams, name: str) -> None:
     k = ARCH + "."
     w.add_name(name)
     # u32 as in the published files (gguf-py's add_context_length); llama.cpp's loader rejects any
-    # other type, while ds4 only prints this key (MODEL.md 1.2 notes it reads a u64 there).
+    # other type, while ds4 only prints this key (docs/MODEL.md 1.2 notes it reads a u64 there).
     w.add_uint32(k + "context_length", hp.context)
     for key, v in (("block_count", hp.n_layers), ("embedding_length", hp.hidden), ("vocab_size", hp.vocab),
                    ("attention.head_count", hp.n_heads), ("attention.head_count_kv", 1),

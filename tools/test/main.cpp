@@ -1,4 +1,4 @@
-// ds4-test: the engine's checks that need a whole model (SURFACES 4.1, our modes): official
+// ds4-test: the engine's checks that need a whole model (docs/SURFACES.md 4.1, our modes): official
 // vectors, self-consistency of prefill/decode and snapshots, transformers parity, and the modes
 // of capabilities still to come. Modes run one by one (--prefill-decode ...) or all (--all, or no
 // mode at all, as the reference's ds4_test). One line per check, then "N passed, N failed, N

@@ -1,4 +1,4 @@
-// --logprob-vectors: the official DeepSeek V4 Flash vectors (SURFACES 4.2-4.3).
+// --logprob-vectors: the official DeepSeek V4 Flash vectors (docs/SURFACES.md 4.2-4.3).
 //
 // Without weights (always): every case's prompt, rendered as the API renders it (BOS, User, text,
 // Assistant, </think>; no system text), must tokenize to the API's usage.prompt_tokens, and every
@@ -28,7 +28,7 @@ namespace ds4::test {
 namespace {
 
 constexpr const char *kMode = "logprob-vectors";
-constexpr int kTopK = 20;               // SURFACES 4.3
+constexpr int kTopK = 20;               // docs/SURFACES.md 4.3
 constexpr double kMaxLogprobDelta = 4;  // nats
 
 std::string read_text(const std::string &path) {

@@ -1,6 +1,6 @@
 #pragma once
 // The quantization the official model was trained with and that inference reproduces
-// (MODEL.md 4.0, 10): FP8 E4M3 on cached KV rows (all but the rotary tail), and a Hadamard
+// (docs/MODEL.md 4.0, 10): FP8 E4M3 on cached KV rows (all but the rotary tail), and a Hadamard
 // rotation followed by FP4 E2M1 on indexer vectors. Scales are powers of two (ue8m0).
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 #pragma once
 // Rotary embedding of the last n_rot dims of a head, adjacent pairs (x[2k], x[2k+1]) rotated by
-// theta_k = p * f_k (MODEL.md 4.0). Two frequency sets: plain (ratio-0 layers) and YaRN-blended
+// theta_k = p * f_k (docs/MODEL.md 4.0). Two frequency sets: plain (ratio-0 layers) and YaRN-blended
 // (compressed layers, their compressor and indexer), with no magnitude correction.
 #include <cstdint>
 #include <vector>

@@ -1,5 +1,5 @@
 #pragma once
-// Small per-vector operations of the model (MODEL.md 4.0), the CPU reference for their GPU twins.
+// Small per-vector operations of the model (docs/MODEL.md 4.0), the CPU reference for their GPU twins.
 #include <cstdint>
 
 namespace ds4::backend::cpu {
