@@ -1,0 +1,177 @@
+// bench_cuda_matvec: achieved bandwidth of the CUDA decode matvec kernels next to a device copy,
+// in one run (docs/PERFORMANCE.md, CUDA section).
+//
+// Method: for each weight shape of the published model, enough distinct copies of the matrix to
+// fill several times the L2 (so every launch streams from HBM), one matvec per copy, all
+// launches captured in one CUDA graph (decode runs as a graph, so launch gaps are not the
+// kernel's); the graph is replayed `reps` times between two events. Bandwidth = weight bytes
+// read / time. The copy is cudaMemcpyAsync device-to-device of a 2 GiB buffer, counted as bytes
+// read + bytes written, replayed the same way, twice: by the copy engines (cudaMemcpyAsync) and
+// by the multiprocessors (device_copy, 16-byte loads and stores, as the kernels move bytes); the
+// ratios are against the faster. Medians of `reps` replays.
+//
+// Usage: bench_cuda_matvec [--reps N]   (exit 0 ok, 1 no device or a CUDA error, 2 bad usage)
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_copy.h"
+#include "backend/cuda/q8_0_matvec.h"
+#include "quant/quant.h"
+#include "quant/random_blocks.h"
+
+namespace {
+
+using ds4::cuda::DeviceBuffer;
+
+struct Shape {
+    const char *name;
+    int64_t n_rows, k;
+};
+
+// Q8_0 matrices of one layer of DeepSeek V4 Flash (and the output head), rows x k.
+constexpr Shape kShapes[] = {
+    {"attn_q_a", 1024, 4096},       {"attn_kv", 512, 4096},        {"attn_q_b", 32768, 1024},
+    {"attn_output_a", 8192, 4096},  {"attn_output_b", 4096, 8192}, {"ffn_gate_shexp", 2048, 4096},
+    {"ffn_down_shexp", 4096, 2048}, {"output", 129280, 4096},
+};
+
+template <typename F>
+double median_ms(int reps, cudaStream_t s, F &&launch) {
+    cudaEvent_t a, b;
+    DS4_CUDA_CHECK(cudaEventCreate(&a));
+    DS4_CUDA_CHECK(cudaEventCreate(&b));
+    std::vector<float> ms;
+    launch();  // warm-up
+    DS4_CUDA_CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < reps; ++i) {
+        DS4_CUDA_CHECK(cudaEventRecord(a, s));
+        launch();
+        DS4_CUDA_CHECK(cudaEventRecord(b, s));
+        DS4_CUDA_CHECK(cudaEventSynchronize(b));
+        float t = 0;
+        DS4_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+        ms.push_back(t);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+// Captures `body` (launches on s) into a graph and returns a replay function.
+template <typename F>
+cudaGraphExec_t capture(cudaStream_t s, F &&body) {
+    cudaGraph_t g;
+    DS4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    body();
+    DS4_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t exec;
+    DS4_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    DS4_CUDA_CHECK(cudaGraphDestroy(g));
+    return exec;
+}
+
+int run(int reps) {
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        std::fprintf(stderr, "bench_cuda_matvec: no CUDA device\n");
+        return 1;
+    }
+    cudaDeviceProp prop{};
+    DS4_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    fmt::print("device: {} ({} SMs, L2 {} MiB)\n", prop.name, prop.multiProcessorCount,
+               prop.l2CacheSize >> 20);
+    cudaStream_t s;
+    DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    const size_t copy_bytes = size_t(2) << 30;
+    DeviceBuffer src(copy_bytes), dst(copy_bytes);
+    DS4_CUDA_CHECK(cudaMemset(src.get(), 1, copy_bytes));
+    auto ce_graph = capture(s, [&] {
+        DS4_CUDA_CHECK(
+            cudaMemcpyAsync(dst.get(), src.get(), copy_bytes, cudaMemcpyDeviceToDevice, s));
+    });
+    auto sm_graph =
+        capture(s, [&] { ds4::cuda::device_copy(dst.get(), src.get(), copy_bytes, s); });
+    const double ce_ms = median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(ce_graph, s)); });
+    const double sm_ms = median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(sm_graph, s)); });
+    const double ce_gbs = 2.0 * copy_bytes / (ce_ms * 1e-3) / 1e9;
+    const double sm_gbs = 2.0 * copy_bytes / (sm_ms * 1e-3) / 1e9;
+    const double copy_gbs = std::max(ce_gbs, sm_gbs);
+    fmt::print(
+        "device copy (read + write of {} GiB): copy engines {:.0f} GB/s, kernel {:.0f} GB/s\n\n",
+        copy_bytes >> 30, ce_gbs, sm_gbs);
+    fmt::print("{:<16} {:>7} {:>6} {:>9} {:>10} {:>9} {:>8}\n", "matrix", "rows", "k", "MB",
+               "us/matvec", "GB/s", "of copy");
+
+    const size_t min_total = size_t(prop.l2CacheSize) * 16;
+    for (const Shape &sh : kShapes) {
+        const size_t bytes = ds4::quant::row_size(ds4::GgmlType::Q8_0, sh.k) * size_t(sh.n_rows);
+        const int copies = int(std::max<size_t>(1, (min_total + bytes - 1) / bytes));
+        const auto host = ds4::quant::random_blocks(ds4::GgmlType::Q8_0, sh.n_rows * sh.k, 7);
+        std::vector<ds4::cuda::Q8_0Weights> mats;
+        mats.reserve(size_t(copies));
+        for (int c = 0; c < copies; ++c) mats.emplace_back(host.data(), sh.n_rows, sh.k);
+        const auto x = ds4::quant::random_blocks(ds4::GgmlType::F32, sh.k, 3);
+        DeviceBuffer dx(size_t(sh.k) * 4), xq(size_t(sh.k)), xd(size_t(sh.k / 32) * 4),
+            y(size_t(sh.n_rows) * 4);
+        DS4_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
+        ds4::cuda::quantize_q8_0_activation(dx.as<float>(), sh.k, xq.as<int8_t>(), xd.as<float>(),
+                                            s);
+        auto g = capture(s, [&] {
+            for (const auto &m : mats)
+                ds4::cuda::matvec_q8_0(m.matrix(), xq.as<int8_t>(), xd.as<float>(), y.as<float>(),
+                                       s);
+        });
+        const double ms = median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(g, s)); });
+        const double us = ms * 1e3 / copies;
+        const double gbs = double(bytes) / (us * 1e-6) / 1e9;
+        fmt::print("{:<16} {:>7} {:>6} {:>9.1f} {:>10.2f} {:>9.0f} {:>8.2f}\n", sh.name, sh.n_rows,
+                   sh.k, bytes / 1e6, us, gbs, gbs / copy_gbs);
+        DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
+    }
+    DS4_CUDA_CHECK(cudaGraphExecDestroy(ce_graph));
+    DS4_CUDA_CHECK(cudaGraphExecDestroy(sm_graph));
+    DS4_CUDA_CHECK(cudaStreamDestroy(s));
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    int reps = 20;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = std::atoi(argv[++i]);
+        } else if (std::strcmp(argv[i], "--help") == 0) {
+            std::puts(
+                "usage: bench_cuda_matvec [--reps N]\n"
+                "Bandwidth of the CUDA Q8_0 matvec per model shape next to a device copy.\n"
+                "exit codes: 0 ok, 1 no device or CUDA error, 2 bad usage");
+            return 0;
+        } else {
+            std::fprintf(stderr, "bench_cuda_matvec: unknown argument %s (--help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (reps < 1) {
+        std::fprintf(stderr, "bench_cuda_matvec: --reps must be at least 1\n");
+        return 2;
+    }
+    try {
+        return run(reps);
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "bench_cuda_matvec: %s\n", e.what());
+        return 1;
+    }
+}

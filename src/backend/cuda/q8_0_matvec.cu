@@ -1,0 +1,196 @@
+#include <cuda_fp16.h>
+
+#include <cstring>
+
+#include "backend/cuda/q8_0_matvec.h"
+#include "common/error.h"
+#include "quant/blocks.h"
+
+namespace ds4::cuda {
+namespace {
+
+constexpr int kBlock = 32;  // values per Q8_0 block
+constexpr int kWarp = 32;
+constexpr int kLaneBytes = 16;  // one int4 load: half a block
+
+// One warp per block of 32 activations: lane i owns x[i].
+__global__ void quantize_q8_0_activation_kernel(const float *__restrict__ x, int64_t n_blocks,
+                                                int8_t *__restrict__ xq, float *__restrict__ xd) {
+    const int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    if (b >= n_blocks) return;
+    const float v = x[b * kBlock + lane];
+    float amax = fabsf(v);  // fmaxf ignores a NaN operand, as the CPU's std::fmax does
+    for (int off = kWarp / 2; off > 0; off /= 2)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float d = amax / 127.0f;
+    int q = 0;
+    if (d != 0.0f) {
+        const float r = v / d;  // IEEE division (no fast-math), as on the CPU
+        // x86's cvtps2dq gives INT_MIN for NaN and out-of-range values; clamped that is -128.
+        q = isnan(r) || fabsf(r) >= 2147483648.0f ? -128 : __float2int_rn(r);
+        q = max(-128, min(127, q));
+    }
+    xq[b * kBlock + lane] = static_cast<int8_t>(q);
+    if (lane == 0) xd[b] = __half2float(__float2half_rn(d));
+}
+
+__device__ __forceinline__ int dot16(const int4 w, const int4 x) {
+    int s = __dp4a(w.x, x.x, 0);
+    s = __dp4a(w.y, x.y, s);
+    s = __dp4a(w.z, x.z, s);
+    return __dp4a(w.w, x.w, s);
+}
+
+// A block of 256 threads is split into groups of TPR threads; each group computes R rows. In
+// a pass, thread t of a group reads bytes [16 t, 16 t + 16) of a 16 TPR-byte span of each of its
+// rows: half of one Q8_0 block. The two halves of a block (lanes 2i, 2i+1) are summed exactly as
+// integers (one shuffle) before the block's scale is applied, so every term is the CPU's
+// float(sumi) * (dw * dx), accumulated by the even lane. The activation's 16 bytes are loaded
+// once per pass for all R rows, so the block reads x once per R rows, not once per row.
+// Partial sums are reduced in a fixed order: a butterfly within each warp, then the warps of a
+// group in index order (shared memory): the same bits on every run.
+template <int TPR, int R>
+__global__ void __launch_bounds__(256)
+    matvec_q8_0_kernel(const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd,
+                       int64_t n_rows, int64_t k, const int8_t *__restrict__ xq,
+                       const float *__restrict__ xd, float *__restrict__ y) {
+    constexpr int kGroups = 256 / TPR, kWarpsPerGroup = TPR / kWarp;
+    __shared__ float partial[kGroups][kWarpsPerGroup][R];
+    const int group = threadIdx.x / TPR, t = threadIdx.x % TPR, lane = threadIdx.x % kWarp;
+    const int64_t row0 = (int64_t(blockIdx.x) * kGroups + group) * R;
+    const int64_t nb = k / kBlock;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+    const bool even = (lane & 1) == 0;
+    for (int64_t base = 0; base < k; base += int64_t(TPR) * kLaneBytes) {
+        const int64_t off = base + int64_t(t) * kLaneBytes;
+        const bool active = off < k;  // k is a multiple of 32: both halves of a block agree
+        const int64_t blk = off / kBlock;
+        int4 x = make_int4(0, 0, 0, 0);
+        float dx = 0.0f;
+        if (active) {
+            x = __ldg(reinterpret_cast<const int4 *>(xq + off));
+            dx = __ldg(xd + blk);
+        }
+        int4 w[R];
+        uint16_t dw[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int64_t row = min(row0 + r, n_rows - 1);  // a clamped duplicate is not stored
+            w[r] = make_int4(0, 0, 0, 0);
+            dw[r] = 0;
+            if (active) {
+                w[r] = __ldcs(reinterpret_cast<const int4 *>(wq + row * k + off));
+                dw[r] = __ldcs(wd + row * nb + blk);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            int s = dot16(w[r], x);
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            const float scale = __half2float(__ushort_as_half(dw[r])) * dx;
+            if (even && active) acc[r] += static_cast<float>(s) * scale;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        float v = acc[r];
+        for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+        acc[r] = v;
+    }
+    if constexpr (kWarpsPerGroup == 1) {
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (row0 + r < n_rows) y[row0 + r] = acc[r];
+    } else {
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; ++r) partial[group][t / kWarp][r] = acc[r];
+        __syncthreads();
+        if (t < R && row0 + t < n_rows) {
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarpsPerGroup; ++w) v += partial[group][w][t];
+            y[row0 + t] = v;
+        }
+    }
+}
+
+template <int TPR, int R>
+void launch_matvec(const Q8_0Matrix &w, const int8_t *xq, const float *xd, float *y,
+                   cudaStream_t stream) {
+    constexpr int kRowsPerBlock = 256 / TPR * R;
+    const int64_t grid = (w.n_rows + kRowsPerBlock - 1) / kRowsPerBlock;
+    matvec_q8_0_kernel<TPR, R>
+        <<<unsigned(grid), 256, 0, stream>>>(w.qs, w.d, w.n_rows, w.k, xq, xd, y);
+}
+
+template <int TPR>
+void launch_matvec_rows(const Q8_0Matrix &w, const int8_t *xq, const float *xd, float *y,
+                        cudaStream_t stream) {
+    // Four rows per group read x once per four rows; fewer where that would leave the grid
+    // with less than ~2 blocks per multiprocessor of an H200 (132).
+    const int64_t groups = w.n_rows / (256 / TPR);
+    if (groups >= 4 * 264)
+        launch_matvec<TPR, 4>(w, xq, xd, y, stream);
+    else if (groups >= 2 * 264)
+        launch_matvec<TPR, 2>(w, xq, xd, y, stream);
+    else
+        launch_matvec<TPR, 1>(w, xq, xd, y, stream);
+}
+
+}  // namespace
+
+Q8_0Planes repack_q8_0(const void *ggml_rows, int64_t n_rows, int64_t k) {
+    if (k % kBlock != 0) throw ds4::Error("Q8_0 rows must hold a multiple of 32 values");
+    const auto *blocks = static_cast<const quant::BlockQ8_0 *>(ggml_rows);
+    const int64_t nb = k / kBlock;
+    Q8_0Planes p;
+    p.qs.resize(size_t(n_rows * k));
+    p.d.resize(size_t(n_rows * nb));
+    for (int64_t i = 0; i < n_rows * nb; ++i) {
+        std::memcpy(p.qs.data() + i * kBlock, blocks[i].qs, kBlock);
+        p.d[size_t(i)] = blocks[i].d;
+    }
+    return p;
+}
+
+Q8_0Weights::Q8_0Weights(const void *ggml_rows, int64_t n_rows, int64_t k) {
+    const Q8_0Planes p = repack_q8_0(ggml_rows, n_rows, k);
+    qs_ = DeviceBuffer(p.qs.size());
+    d_ = DeviceBuffer(p.d.size() * sizeof(uint16_t));
+    DS4_CUDA_CHECK(cudaMemcpy(qs_.get(), p.qs.data(), qs_.bytes(), cudaMemcpyHostToDevice));
+    DS4_CUDA_CHECK(cudaMemcpy(d_.get(), p.d.data(), d_.bytes(), cudaMemcpyHostToDevice));
+    view_ = {qs_.as<int8_t>(), d_.as<uint16_t>(), n_rows, k};
+}
+
+void quantize_q8_0_activation(const float *x, int64_t k, int8_t *xq, float *xd,
+                              cudaStream_t stream) {
+    if (k % kBlock != 0) throw ds4::Error("Q8_0 activations must hold a multiple of 32 values");
+    const int64_t n_blocks = k / kBlock;
+    constexpr int kThreads = 256;
+    const int64_t grid = (n_blocks * kWarp + kThreads - 1) / kThreads;
+    quantize_q8_0_activation_kernel<<<unsigned(grid), kThreads, 0, stream>>>(x, n_blocks, xq, xd);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void matvec_q8_0(const Q8_0Matrix &w, const int8_t *xq, const float *xd, float *y,
+                 cudaStream_t stream) {
+    // Threads per row: one 16-byte load per thread per pass, as many threads as a row has
+    // 16-byte pieces, from one warp up to the whole block.
+    const int64_t pieces = w.k / kLaneBytes;
+    if (pieces >= 256)
+        launch_matvec_rows<256>(w, xq, xd, y, stream);
+    else if (pieces >= 128)
+        launch_matvec_rows<128>(w, xq, xd, y, stream);
+    else if (pieces >= 64)
+        launch_matvec_rows<64>(w, xq, xd, y, stream);
+    else
+        launch_matvec_rows<32>(w, xq, xd, y, stream);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ds4::cuda

@@ -1,0 +1,58 @@
+#pragma once
+// Decode matrix-vector product for Q8_0 weights on the device, y = W x, in three steps:
+//
+//   1. upload: ggml's 34-byte blocks (f16 scale, 32 int8 quants) put every row's quants at an
+//      offset of 2 mod 4, so wide loads cannot reach them. The matrix is repacked once, at load
+//      time, into two planes: the quants of each row back to back ([n_rows][k] int8, 16-byte
+//      aligned because k is a multiple of 32) and the block scales ([n_rows][k/32] f16). Same
+//      bytes as the file.
+//   2. quantize_q8_0_activation: x to int8 blocks of 32 by ds4's rule, bit for bit the CPU's
+//      quantize_row_q8_0_activation (d = amax / 127, q = round-half-even(x / d), NaN -> -128),
+//      with the scale kept as the f32 value of its f16 rounding.
+//   3. matvec_q8_0: per row, sum over blocks of float(sum_i qw_i qx_i) * (dw * dx), the same
+//      terms as the CPU's vec_dot_q8_0_q8_0; only the order of the float additions differs
+//      (per lane, then a fixed butterfly across the warp: deterministic run to run).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+
+namespace ds4::cuda {
+
+// A repacked Q8_0 matrix in device memory (a view; the owner is Q8_0Weights).
+struct Q8_0Matrix {
+    const int8_t *qs = nullptr;   // [n_rows][k]
+    const uint16_t *d = nullptr;  // [n_rows][k / 32], f16 bit patterns
+    int64_t n_rows = 0;
+    int64_t k = 0;
+};
+
+// The repacked layout on the host: the CPU twin of what upload_q8_0 puts on the device.
+struct Q8_0Planes {
+    std::vector<int8_t> qs;
+    std::vector<uint16_t> d;
+};
+Q8_0Planes repack_q8_0(const void *ggml_rows, int64_t n_rows, int64_t k);
+
+class Q8_0Weights {
+  public:
+    // Repacks n_rows rows of k values (k a multiple of 32; ggml Q8_0 rows back to back) and copies
+    // them to the device.
+    Q8_0Weights(const void *ggml_rows, int64_t n_rows, int64_t k);
+    const Q8_0Matrix &matrix() const { return view_; }
+
+  private:
+    DeviceBuffer qs_, d_;
+    Q8_0Matrix view_;
+};
+
+// xq: k int8 (16-byte aligned), xd: k/32 floats. x, xq, xd in device memory.
+void quantize_q8_0_activation(const float *x, int64_t k, int8_t *xq, float *xd,
+                              cudaStream_t stream);
+// y[n_rows] = W x, with x quantized by quantize_q8_0_activation.
+void matvec_q8_0(const Q8_0Matrix &w, const int8_t *xq, const float *xd, float *y,
+                 cudaStream_t stream);
+
+}  // namespace ds4::cuda

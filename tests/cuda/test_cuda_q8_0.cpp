@@ -1,0 +1,178 @@
+// The Q8_0 decode kernels of the CUDA backend against their CPU twins (quant/kernels_ref.h,
+// through the dispatch table of the CPU backend):
+//   - the activation quantizer is bit for bit the CPU's quantize_row_q8_0_activation, on random
+//     rows and on rows built to hit its edge cases (exact ties of x / d, an all-zero block,
+//     NaN, a block whose largest value is negative);
+//   - the matvec equals the CPU's matvec within the float-reassociation bound of its terms:
+//     both sum the same per-block terms float(sumi) * (dw * dx), so for n_blocks terms
+//     |gpu - cpu| <= 2 * n_blocks * eps_f32 * sum_b |term_b| (each order's rounding error is at
+//     most (n_blocks - 1) eps times that sum);
+//   - outputs are poisoned with NaN before every launch (a row the kernel skips fails), and two
+//     launches give the same bits (no atomics, a fixed reduction order).
+// Without a CUDA device every test skips and says so.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/q8_0_matvec.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "quant/random_blocks.h"
+
+namespace ds4::cuda {
+namespace {
+
+bool have_device() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define DS4_REQUIRE_DEVICE() \
+    if (!have_device()) GTEST_SKIP() << "no CUDA device"
+
+template <typename T>
+DeviceBuffer to_device(const std::vector<T> &v) {
+    DeviceBuffer b(v.size() * sizeof(T));
+    DS4_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice));
+    return b;
+}
+
+template <typename T>
+std::vector<T> to_host(const DeviceBuffer &b, size_t n) {
+    std::vector<T> v(n);
+    DS4_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+}
+
+std::vector<float> random_floats(int64_t n, uint64_t seed, float magnitude) {
+    std::vector<float> v(static_cast<size_t>(n));
+    quant::fill_random_blocks(GgmlType::F32, v.data(), n, seed, magnitude);
+    return v;
+}
+
+struct DeviceActivation {
+    DeviceBuffer q, d;
+};
+
+DeviceActivation quantize_on_device(const std::vector<float> &x) {
+    const int64_t k = static_cast<int64_t>(x.size());
+    DeviceBuffer dx = to_device(x);
+    DeviceActivation a{DeviceBuffer(size_t(k)), DeviceBuffer(size_t(k / 32) * sizeof(float))};
+    quantize_q8_0_activation(dx.as<float>(), k, a.q.as<int8_t>(), a.d.as<float>(), nullptr);
+    DS4_CUDA_CHECK(cudaDeviceSynchronize());
+    return a;
+}
+
+// The CPU twin's blocks for x, unpacked into the device's two planes.
+void cpu_quantize(const std::vector<float> &x, std::vector<int8_t> &q, std::vector<float> &d) {
+    const int64_t k = static_cast<int64_t>(x.size());
+    std::vector<quant::BlockQ8_0> blocks(size_t(k / 32));
+    quant::kernels(GgmlType::Q8_0).quantize_activation_row(x.data(), blocks.data(), k);
+    q.resize(size_t(k));
+    d.resize(blocks.size());
+    for (size_t b = 0; b < blocks.size(); ++b) {
+        std::memcpy(q.data() + b * 32, blocks[b].qs, 32);
+        quant::dequantize_row(GgmlType::F16, &blocks[b].d, &d[b], 1);
+    }
+}
+
+void expect_quantizer_matches_cpu(const std::vector<float> &x) {
+    std::vector<int8_t> want_q;
+    std::vector<float> want_d;
+    cpu_quantize(x, want_q, want_d);
+    const DeviceActivation a = quantize_on_device(x);
+    const auto got_q = to_host<int8_t>(a.q, want_q.size());
+    const auto got_d = to_host<float>(a.d, want_d.size());
+    for (size_t i = 0; i < want_q.size(); ++i)
+        ASSERT_EQ(got_q[i], want_q[i]) << "value " << i << " x=" << x[i];
+    for (size_t b = 0; b < want_d.size(); ++b)
+        ASSERT_EQ(std::memcmp(&got_d[b], &want_d[b], sizeof(float)), 0) << "scale of block " << b;
+}
+
+TEST(CudaQ8_0, ActivationQuantizerEqualsCpuOnRandomRows) {
+    DS4_REQUIRE_DEVICE();
+    for (uint64_t seed = 1; seed <= 4; ++seed)
+        expect_quantizer_matches_cpu(random_floats(4096, seed, seed == 4 ? 1e-3f : 3.0f));
+}
+
+TEST(CudaQ8_0, ActivationQuantizerEqualsCpuOnEdgeCases) {
+    DS4_REQUIRE_DEVICE();
+    std::vector<float> x(32 * 5, 0.0f);  // block 0: all zero
+    for (int i = 0; i < 32; ++i) {
+        x[32 + i] = 127.0f * (i - 16) / 32.0f + 0.5f * (i % 2);  // block 1: d = 1, ties at .5
+        x[64 + i] = i == 7 ? -5.0f : 0.1f * i;                   // block 2: largest is negative
+        x[96 + i] = i == 3 ? std::numeric_limits<float>::quiet_NaN() : 1.0f;  // block 3: NaN
+        x[128 + i] = std::ldexp(1.0f, -140) * (i + 1);  // block 4: subnormal values
+    }
+    x[32 + 31] = 127.0f;  // block 1's amax, so d = 1 exactly
+    expect_quantizer_matches_cpu(x);
+}
+
+struct MatvecCase {
+    int64_t n_rows, k;
+};
+
+class CudaQ8_0Matvec : public ::testing::TestWithParam<MatvecCase> {};
+
+TEST_P(CudaQ8_0Matvec, EqualsCpuWithinReassociationBound) {
+    DS4_REQUIRE_DEVICE();
+    const auto [n_rows, k] = GetParam();
+    const auto w = quant::random_blocks(GgmlType::Q8_0, n_rows * k, 11 + k);
+    const auto x = random_floats(k, 5 + n_rows, 2.0f);
+    const Q8_0Weights dw(w.data(), n_rows, k);
+    const DeviceActivation a = quantize_on_device(x);
+
+    // CPU twin: the same activation blocks, vec_dot per row; the bound from the same terms.
+    std::vector<quant::BlockQ8_0> xb(size_t(k / 32));
+    quant::kernels(GgmlType::Q8_0).quantize_activation_row(x.data(), xb.data(), k);
+    const auto *wb = reinterpret_cast<const quant::BlockQ8_0 *>(w.data());
+    const int64_t nb = k / 32;
+
+    DeviceBuffer y(size_t(n_rows) * sizeof(float));
+    std::vector<float> first;
+    for (int run = 0; run < 2; ++run) {
+        DS4_CUDA_CHECK(cudaMemset(y.get(), 0xff, y.bytes()));  // NaN in every output
+        matvec_q8_0(dw.matrix(), a.q.as<int8_t>(), a.d.as<float>(), y.as<float>(), nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(y, size_t(n_rows));
+        if (run == 1) {
+            ASSERT_EQ(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)), 0)
+                << "two launches differ";
+            break;
+        }
+        first = got;
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const float want = quant::kernels(GgmlType::Q8_0).vec_dot(k, wb + r * nb, xb.data());
+            double abs_terms = 0;
+            for (int64_t b = 0; b < nb; ++b) {
+                int32_t s = 0;
+                for (int i = 0; i < 32; ++i) s += wb[r * nb + b].qs[i] * xb[b].qs[i];
+                float dw_f, dx_f;
+                quant::dequantize_row(GgmlType::F16, &wb[r * nb + b].d, &dw_f, 1);
+                quant::dequantize_row(GgmlType::F16, &xb[b].d, &dx_f, 1);
+                abs_terms += std::fabs(double(s) * double(dw_f * dx_f));
+            }
+            const double bound = 2.0 * double(nb) * FLT_EPSILON * abs_terms;
+            ASSERT_FALSE(std::isnan(got[size_t(r)])) << "row " << r << " not written";
+            ASSERT_LE(std::fabs(double(got[size_t(r)]) - double(want)), bound)
+                << "row " << r << " of " << n_rows << " x " << k;
+        }
+    }
+}
+
+// Shapes of the published model (k x rows: q_a, kv, q_b, wo_b, shared expert down) and odd ones:
+// a row count that does not fill a block of warps, k not a multiple of the 512-value chunk.
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaQ8_0Matvec,
+                         ::testing::Values(MatvecCase{1024, 4096}, MatvecCase{512, 4096},
+                                           MatvecCase{32768, 1024}, MatvecCase{4096, 8192},
+                                           MatvecCase{4096, 2048}, MatvecCase{37, 96},
+                                           MatvecCase{8193, 544}, MatvecCase{1, 32}));
+
+}  // namespace
+}  // namespace ds4::cuda
