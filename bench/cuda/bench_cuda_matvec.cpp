@@ -25,7 +25,9 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_copy.h"
+#include "backend/cuda/iq2_xxs_matvec.h"
 #include "backend/cuda/q8_0_matvec.h"
+#include "backend/cuda/q8_k_quantize.h"
 #include "quant/quant.h"
 #include "quant/random_blocks.h"
 
@@ -79,6 +81,38 @@ cudaGraphExec_t capture(cudaStream_t s, F &&body) {
     DS4_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
     DS4_CUDA_CHECK(cudaGraphDestroy(g));
     return exec;
+}
+
+// The routed gate (or up) projection of one layer: 6 experts of a [256][2048][4096] IQ2_XXS
+// tensor (553 MB, the published shape) per launch, the ids on the device; consecutive launches
+// take the next 6 experts, so 43 launches read the whole tensor, well past the L2.
+void bench_routed_iq2_xxs(cudaStream_t s, int reps, double copy_gbs) {
+    constexpr int64_t kRows = 2048, kK = 4096, kExperts = 256, kUsed = 6;
+    const auto host = ds4::quant::random_blocks(ds4::GgmlType::IQ2_XXS, kExperts * kRows * kK, 9);
+    const ds4::cuda::Iq2xxsWeights w(host.data(), kRows, kK, kExperts);
+    std::vector<int32_t> ids(size_t(kExperts + kUsed));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i % kExperts);
+    DeviceBuffer dids(ids.size() * 4), dx(kK * 4), xq(kK), xd(kK / 256 * 4), xb(kK / 16 * 2),
+        y(kUsed * kRows * 4);
+    DS4_CUDA_CHECK(cudaMemcpy(dids.get(), ids.data(), dids.bytes(), cudaMemcpyHostToDevice));
+    const auto x = ds4::quant::random_blocks(ds4::GgmlType::F32, kK, 3);
+    DS4_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
+    const ds4::cuda::Q8_KActivation act{xq.as<int8_t>(), xd.as<float>(), xb.as<int16_t>()};
+    ds4::cuda::quantize_q8_K_activation(dx.as<float>(), kK, act, s);
+    const int launches = int((kExperts + kUsed - 1) / kUsed);
+    auto g = capture(s, [&] {
+        for (int j = 0; j < launches; ++j)
+            ds4::cuda::matvec_iq2_xxs(w.experts(), dids.as<int32_t>() + (j * kUsed) % kExperts,
+                                      int(kUsed), act, y.as<float>(), s);
+    });
+    const double ms = median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(g, s)); });
+    const double us = ms * 1e3 / launches;
+    const double bytes =
+        double(kUsed) * double(ds4::quant::row_size(ds4::GgmlType::IQ2_XXS, kK)) * kRows;
+    const double gbs = bytes / (us * 1e-6) / 1e9;
+    fmt::print("{:<16} {:>7} {:>6} {:>9.1f} {:>10.2f} {:>9.0f} {:>8.2f}\n", "routed iq2_xxs x6",
+               kRows, kK, bytes / 1e6, us, gbs, gbs / copy_gbs);
+    DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
 }
 
 int run(int reps) {
@@ -140,6 +174,7 @@ int run(int reps) {
                    sh.k, bytes / 1e6, us, gbs, gbs / copy_gbs);
         DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
     }
+    bench_routed_iq2_xxs(s, reps, copy_gbs);
     DS4_CUDA_CHECK(cudaGraphExecDestroy(ce_graph));
     DS4_CUDA_CHECK(cudaGraphExecDestroy(sm_graph));
     DS4_CUDA_CHECK(cudaStreamDestroy(s));

@@ -8,13 +8,13 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_copy.h"
+#include "cuda_test_util.h"
 
 namespace ds4::cuda {
 namespace {
 
 TEST(CudaCopy, EqualsMemcpy) {
-    int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) GTEST_SKIP() << "no CUDA device";
+    DS4_REQUIRE_CUDA_DEVICE();
     constexpr size_t kSize = (size_t(1) << 20) + 77;
     std::vector<unsigned char> src(kSize);
     for (size_t i = 0; i < kSize; ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);

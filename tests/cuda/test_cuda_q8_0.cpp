@@ -21,6 +21,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/q8_0_matvec.h"
+#include "cuda_test_util.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "quant/random_blocks.h"
@@ -28,27 +29,8 @@
 namespace ds4::cuda {
 namespace {
 
-bool have_device() {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define DS4_REQUIRE_DEVICE() \
-    if (!have_device()) GTEST_SKIP() << "no CUDA device"
-
-template <typename T>
-DeviceBuffer to_device(const std::vector<T> &v) {
-    DeviceBuffer b(v.size() * sizeof(T));
-    DS4_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice));
-    return b;
-}
-
-template <typename T>
-std::vector<T> to_host(const DeviceBuffer &b, size_t n) {
-    std::vector<T> v(n);
-    DS4_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
-    return v;
-}
+using test::to_device;
+using test::to_host;
 
 std::vector<float> random_floats(int64_t n, uint64_t seed, float magnitude) {
     std::vector<float> v(static_cast<size_t>(n));
@@ -96,13 +78,13 @@ void expect_quantizer_matches_cpu(const std::vector<float> &x) {
 }
 
 TEST(CudaQ8_0, ActivationQuantizerEqualsCpuOnRandomRows) {
-    DS4_REQUIRE_DEVICE();
+    DS4_REQUIRE_CUDA_DEVICE();
     for (uint64_t seed = 1; seed <= 4; ++seed)
         expect_quantizer_matches_cpu(random_floats(4096, seed, seed == 4 ? 1e-3f : 3.0f));
 }
 
 TEST(CudaQ8_0, ActivationQuantizerEqualsCpuOnEdgeCases) {
-    DS4_REQUIRE_DEVICE();
+    DS4_REQUIRE_CUDA_DEVICE();
     std::vector<float> x(32 * 5, 0.0f);  // block 0: all zero
     for (int i = 0; i < 32; ++i) {
         x[32 + i] = 127.0f * (i - 16) / 32.0f + 0.5f * (i % 2);  // block 1: d = 1, ties at .5
@@ -121,7 +103,7 @@ struct MatvecCase {
 class CudaQ8_0Matvec : public ::testing::TestWithParam<MatvecCase> {};
 
 TEST_P(CudaQ8_0Matvec, EqualsCpuWithinReassociationBound) {
-    DS4_REQUIRE_DEVICE();
+    DS4_REQUIRE_CUDA_DEVICE();
     const auto [n_rows, k] = GetParam();
     const auto w = quant::random_blocks(GgmlType::Q8_0, n_rows * k, 11 + k);
     const auto x = random_floats(k, 5 + n_rows, 2.0f);
