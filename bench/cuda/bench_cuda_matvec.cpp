@@ -26,6 +26,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_copy.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
+#include "backend/cuda/q2_k_matvec.h"
 #include "backend/cuda/q8_0_matvec.h"
 #include "backend/cuda/q8_k_quantize.h"
 #include "quant/quant.h"
@@ -83,35 +84,36 @@ cudaGraphExec_t capture(cudaStream_t s, F &&body) {
     return exec;
 }
 
-// The routed gate (or up) projection of one layer: 6 experts of a [256][2048][4096] IQ2_XXS
-// tensor (553 MB, the published shape) per launch, the ids on the device; consecutive launches
-// take the next 6 experts, so 43 launches read the whole tensor, well past the L2.
-void bench_routed_iq2_xxs(cudaStream_t s, int reps, double copy_gbs) {
-    constexpr int64_t kRows = 2048, kK = 4096, kExperts = 256, kUsed = 6;
-    const auto host = ds4::quant::random_blocks(ds4::GgmlType::IQ2_XXS, kExperts * kRows * kK, 9);
-    const ds4::cuda::Iq2xxsWeights w(host.data(), kRows, kK, kExperts);
+// One routed projection of one layer: 6 experts of a [256][rows][k] tensor of the published
+// shape per launch, the ids on the device; consecutive launches take the next 6 experts, so 43
+// launches read the whole tensor (553 MB for the IQ2_XXS gate, 704 MB for the Q2_K down), well
+// past the L2.
+template <class Weights, class Launch>
+void bench_routed(cudaStream_t s, int reps, double copy_gbs, ds4::GgmlType type, const char *name,
+                  int64_t rows, int64_t k, Launch &&launch) {
+    constexpr int64_t kExperts = 256, kUsed = 6;
+    const auto host = ds4::quant::random_blocks(type, kExperts * rows * k, 9);
+    const Weights w(host.data(), rows, k, kExperts);
     std::vector<int32_t> ids(size_t(kExperts + kUsed));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i % kExperts);
-    DeviceBuffer dids(ids.size() * 4), dx(kK * 4), xq(kK), xd(kK / 256 * 4), xb(kK / 16 * 2),
-        y(kUsed * kRows * 4);
+    DeviceBuffer dids(ids.size() * 4), dx(size_t(k) * 4), xq(static_cast<size_t>(k)),
+        xd(size_t(k) / 256 * 4), xb(size_t(k) / 16 * 2), y(size_t(kUsed * rows) * 4);
     DS4_CUDA_CHECK(cudaMemcpy(dids.get(), ids.data(), dids.bytes(), cudaMemcpyHostToDevice));
-    const auto x = ds4::quant::random_blocks(ds4::GgmlType::F32, kK, 3);
+    const auto x = ds4::quant::random_blocks(ds4::GgmlType::F32, k, 3);
     DS4_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
     const ds4::cuda::Q8_KActivation act{xq.as<int8_t>(), xd.as<float>(), xb.as<int16_t>()};
-    ds4::cuda::quantize_q8_K_activation(dx.as<float>(), kK, act, s);
+    ds4::cuda::quantize_q8_K_activation(dx.as<float>(), k, act, s);
     const int launches = int((kExperts + kUsed - 1) / kUsed);
     auto g = capture(s, [&] {
         for (int j = 0; j < launches; ++j)
-            ds4::cuda::matvec_iq2_xxs(w.experts(), dids.as<int32_t>() + (j * kUsed) % kExperts,
-                                      int(kUsed), act, y.as<float>(), s);
+            launch(w, dids.as<int32_t>() + (j * kUsed) % kExperts, int(kUsed), act, y.as<float>());
     });
     const double ms = median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(g, s)); });
     const double us = ms * 1e3 / launches;
-    const double bytes =
-        double(kUsed) * double(ds4::quant::row_size(ds4::GgmlType::IQ2_XXS, kK)) * kRows;
+    const double bytes = double(kUsed) * double(ds4::quant::row_size(type, k)) * double(rows);
     const double gbs = bytes / (us * 1e-6) / 1e9;
-    fmt::print("{:<16} {:>7} {:>6} {:>9.1f} {:>10.2f} {:>9.0f} {:>8.2f}\n", "routed iq2_xxs x6",
-               kRows, kK, bytes / 1e6, us, gbs, gbs / copy_gbs);
+    fmt::print("{:<16} {:>7} {:>6} {:>9.1f} {:>10.2f} {:>9.0f} {:>8.2f}\n", name, rows, k,
+               bytes / 1e6, us, gbs, gbs / copy_gbs);
     DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
 }
 
@@ -174,7 +176,16 @@ int run(int reps) {
                    sh.k, bytes / 1e6, us, gbs, gbs / copy_gbs);
         DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
     }
-    bench_routed_iq2_xxs(s, reps, copy_gbs);
+    bench_routed<ds4::cuda::Iq2xxsWeights>(
+        s, reps, copy_gbs, ds4::GgmlType::IQ2_XXS, "routed iq2_xxs x6", 2048, 4096,
+        [&](const auto &w, const int32_t *ids, int n, const auto &act, float *y) {
+            ds4::cuda::matvec_iq2_xxs(w.experts(), ids, n, act, y, s);
+        });
+    bench_routed<ds4::cuda::Q2KWeights>(
+        s, reps, copy_gbs, ds4::GgmlType::Q2_K, "routed q2_k x6", 4096, 2048,
+        [&](const auto &w, const int32_t *ids, int n, const auto &act, float *y) {
+            ds4::cuda::matvec_q2_K(w.experts(), ids, n, act, y, s);
+        });
     DS4_CUDA_CHECK(cudaGraphExecDestroy(ce_graph));
     DS4_CUDA_CHECK(cudaGraphExecDestroy(sm_graph));
     DS4_CUDA_CHECK(cudaStreamDestroy(s));

@@ -3,9 +3,14 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/q8_k_quantize.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "quant/random_blocks.h"
 
 namespace ds4::cuda::test {
 
@@ -30,6 +35,34 @@ std::vector<T> to_host(const DeviceBuffer &b, size_t n) {
     std::vector<T> v(n);
     if (n) DS4_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
     return v;
+}
+
+inline std::vector<float> random_floats(int64_t n, uint64_t seed, float magnitude) {
+    std::vector<float> v(static_cast<size_t>(n));
+    quant::fill_random_blocks(GgmlType::F32, v.data(), n, seed, magnitude);
+    return v;
+}
+
+// Q8_K activations on the device, and the CPU twin's blocks for the same row.
+struct DeviceQ8_K {
+    DeviceBuffer q, d, bsums;
+    Q8_KActivation view() const { return {q.as<int8_t>(), d.as<float>(), bsums.as<int16_t>()}; }
+};
+
+inline DeviceQ8_K quantize_q8_K_on_device(const std::vector<float> &x) {
+    const int64_t k = int64_t(x.size());
+    DeviceBuffer dx = to_device(x);
+    DeviceQ8_K a{DeviceBuffer(size_t(k)), DeviceBuffer(size_t(k / 256) * 4),
+                 DeviceBuffer(size_t(k / 16) * 2)};
+    quantize_q8_K_activation(dx.as<float>(), k, a.view(), nullptr);
+    DS4_CUDA_CHECK(cudaDeviceSynchronize());
+    return a;
+}
+
+inline std::vector<quant::BlockQ8_K> cpu_quantize_q8_K(const std::vector<float> &x) {
+    std::vector<quant::BlockQ8_K> b(x.size() / 256);
+    quant::kernels(GgmlType::Q8_K).quantize_activation_row(x.data(), b.data(), int64_t(x.size()));
+    return b;
 }
 
 }  // namespace ds4::cuda::test

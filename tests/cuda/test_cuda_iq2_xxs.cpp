@@ -19,6 +19,7 @@
 #include "backend/cuda/iq2_xxs_matvec.h"
 #include "backend/cuda/q8_k_quantize.h"
 #include "cuda_test_util.h"
+#include "expert_matvec_check.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "quant/random_blocks.h"
@@ -26,33 +27,16 @@
 namespace ds4::cuda {
 namespace {
 
+using test::cpu_quantize_q8_K;
+using test::DeviceQ8_K;
+using test::quantize_q8_K_on_device;
+using test::random_floats;
 using test::to_device;
 using test::to_host;
 
-struct DeviceQ8_K {
-    DeviceBuffer q, d, bsums;
-    Q8_KActivation view() const { return {q.as<int8_t>(), d.as<float>(), bsums.as<int16_t>()}; }
-};
-
-DeviceQ8_K quantize_on_device(const std::vector<float> &x) {
-    const int64_t k = int64_t(x.size());
-    DeviceBuffer dx = to_device(x);
-    DeviceQ8_K a{DeviceBuffer(size_t(k)), DeviceBuffer(size_t(k / 256) * 4),
-                 DeviceBuffer(size_t(k / 16) * 2)};
-    quantize_q8_K_activation(dx.as<float>(), k, a.view(), nullptr);
-    DS4_CUDA_CHECK(cudaDeviceSynchronize());
-    return a;
-}
-
-std::vector<quant::BlockQ8_K> cpu_quantize(const std::vector<float> &x) {
-    std::vector<quant::BlockQ8_K> b(x.size() / 256);
-    quant::kernels(GgmlType::Q8_K).quantize_activation_row(x.data(), b.data(), int64_t(x.size()));
-    return b;
-}
-
 void expect_q8_K_matches_cpu(const std::vector<float> &x) {
-    const auto want = cpu_quantize(x);
-    const DeviceQ8_K a = quantize_on_device(x);
+    const auto want = cpu_quantize_q8_K(x);
+    const DeviceQ8_K a = quantize_q8_K_on_device(x);
     const auto q = to_host<int8_t>(a.q, x.size());
     const auto d = to_host<float>(a.d, want.size());
     const auto bs = to_host<int16_t>(a.bsums, x.size() / 16);
@@ -61,12 +45,6 @@ void expect_q8_K_matches_cpu(const std::vector<float> &x) {
         for (int i = 0; i < 256; ++i) ASSERT_EQ(q[b * 256 + i], want[b].qs[i]) << b << ":" << i;
         for (int j = 0; j < 16; ++j) ASSERT_EQ(bs[b * 16 + j], want[b].bsums[j]) << b << ":" << j;
     }
-}
-
-std::vector<float> random_floats(int64_t n, uint64_t seed, float magnitude) {
-    std::vector<float> v(static_cast<size_t>(n));
-    quant::fill_random_blocks(GgmlType::F32, v.data(), n, seed, magnitude);
-    return v;
 }
 
 TEST(CudaQ8_K, QuantizerEqualsCpuOnRandomRows) {
@@ -98,50 +76,22 @@ TEST(CudaIq2xxs, ExpertMatvecEqualsCpuWithinReassociationBound) {
         constexpr int64_t kExperts = 9;
         const auto w = quant::random_blocks(GgmlType::IQ2_XXS, kExperts * n_rows * k, 17 + k);
         const Iq2xxsWeights dw(w.data(), n_rows, k, kExperts);
-        const auto x = random_floats(k, 23 + n_rows, 2.0f);
-        const DeviceQ8_K a = quantize_on_device(x);
-        const auto xb = cpu_quantize(x);
-        const std::vector<int32_t> ids = {3, 0, 8, 3, 5, 1};
-        const DeviceBuffer dids = to_device(ids);
-        const size_t n_out = ids.size() * size_t(n_rows);
-        DeviceBuffer y(n_out * sizeof(float));
-        const size_t row_bytes = quant::row_size(GgmlType::IQ2_XXS, k);
-        const int64_t nb = k / 256;
-        std::vector<float> first;
-        for (int run = 0; run < 2; ++run) {
-            DS4_CUDA_CHECK(cudaMemset(y.get(), 0xff, y.bytes()));
-            matvec_iq2_xxs(dw.experts(), dids.as<int32_t>(), int(ids.size()), a.view(),
-                           y.as<float>(), nullptr);
-            DS4_CUDA_CHECK(cudaDeviceSynchronize());
-            const auto got = to_host<float>(y, n_out);
-            if (run == 1) {
-                ASSERT_EQ(std::memcmp(got.data(), first.data(), n_out * 4), 0);
-                break;
-            }
-            first = got;
-            for (size_t i = 0; i < ids.size(); ++i)
-                for (int64_t r = 0; r < n_rows; ++r) {
-                    const uint8_t *row = w.data() + (size_t(ids[i]) * n_rows + r) * row_bytes;
-                    // The scalar level: its dot takes Q8_K rows in the plain block layout (the
-                    // AVX-512 VBMI one wants them position-major).
-                    const float want = quant::kernels(GgmlType::IQ2_XXS, quant::SimdLevel::Scalar)
-                                           .vec_dot(k, row, xb.data());
-                    // sum |term| from the dequantized row: each value d (ls + 1/2) / 4 * grid *
-                    // sign times q * dx, i.e. the CPU's terms including the final 1/8.
-                    std::vector<float> deq(static_cast<size_t>(k));
-                    quant::dequantize_row(GgmlType::IQ2_XXS, row, deq.data(), k);
-                    double abs_terms = 0;
-                    for (int64_t b = 0; b < nb; ++b)
-                        for (int j = 0; j < 256; ++j)
-                            abs_terms += std::fabs(double(deq[size_t(b * 256 + j)]) *
-                                                   double(xb[size_t(b)].qs[j]) * xb[size_t(b)].d);
-                    const double bound = 2.0 * double(nb) * FLT_EPSILON * abs_terms;
-                    const float g = got[i * size_t(n_rows) + size_t(r)];
-                    ASSERT_FALSE(std::isnan(g)) << "slot " << i << " row " << r << " not written";
-                    ASSERT_LE(std::fabs(double(g) - double(want)), bound)
-                        << "slot " << i << " (expert " << ids[i] << ") row " << r << " k " << k;
-                }
-        }
+        test::check_expert_matvec(
+            GgmlType::IQ2_XXS, w, n_rows, k, 23 + n_rows,
+            [&](const int32_t *ids, int n_ids, const Q8_KActivation &x, float *y) {
+                matvec_iq2_xxs(dw.experts(), ids, n_ids, x, y, nullptr);
+            },
+            // sum |term| from the dequantized row: each value d (ls + 1/2) / 4 * grid * sign
+            // times q * dx, i.e. the CPU's terms including the final 1/8.
+            [&](const uint8_t *row, const std::vector<quant::BlockQ8_K> &xb) {
+                std::vector<float> deq(static_cast<size_t>(k));
+                quant::dequantize_row(GgmlType::IQ2_XXS, row, deq.data(), k);
+                double sum = 0;
+                for (size_t j = 0; j < deq.size(); ++j)
+                    sum +=
+                        std::fabs(double(deq[j]) * double(xb[j / 256].qs[j % 256]) * xb[j / 256].d);
+                return sum;
+            });
     }
 }
 

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/expert_matvec.cuh"
 #include "backend/cuda/iq2_xxs_matvec.h"
 #include "common/error.h"
 #include "quant/blocks.h"
@@ -14,7 +15,6 @@ namespace {
 
 constexpr int kQK = 256;
 constexpr int kGroupBytes = 64;  // per super-block: 8 groups of 8 bytes
-constexpr int kThreads = 256;
 
 // The 256 grid points (8 magnitudes of 8, 25 or 43 each), copied from the CPU's table once, and
 // for each of the 128 sign patterns (7 stored bits; the 8th makes the parity even, kIq2Signs) a
@@ -57,82 +57,56 @@ __device__ __forceinline__ int group_dot(const uint64_t *grid, const uint64_t *s
     return sum * int(2 * (signs_scale >> 28) + 1);
 }
 
-// A block of 256 threads computes R rows of one expert (blockIdx.y = output slot). Thread pieces:
-// piece p of a row is its 16 bytes [16 p, 16 p + 16) of the group plane = groups 2 (p % 4),
-// 2 (p % 4) + 1 of super-block p / 4. The four pieces of a super-block are four consecutive
-// lanes; their integer sums are added exactly (shuffles) before the super-block's scale is
-// applied by the first of them. x's int8 values are staged in shared memory once per block.
-template <int R>
-__global__ void __launch_bounds__(kThreads)
-    matvec_iq2_xxs_kernel(const uint8_t *__restrict__ wq, const uint16_t *__restrict__ wd,
-                          int64_t n_rows, int64_t k, const int32_t *__restrict__ ids,
-                          const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                          float *__restrict__ y) {
-    extern __shared__ int4 smem[];
-    __shared__ uint64_t grid[256], sign_masks[128];
-    grid[threadIdx.x] = g_grid[threadIdx.x];
-    if (threadIdx.x < 128) sign_masks[threadIdx.x] = g_sign_masks[threadIdx.x];
-    int8_t *sx = reinterpret_cast<int8_t *>(smem);
-    for (int64_t i = threadIdx.x; i < k / 16; i += kThreads)
-        smem[i] = __ldg(reinterpret_cast<const int4 *>(xq) + i);
-    __syncthreads();
+// The IQ2_XXS format for expert_matvec.cuh: a piece is two groups (64 values), its sum the
+// integer sum of both groups; the term is (f16(d) * dx) * float(block sum), the row's sum then
+// times 1/8 (the grid's scale), as in the CPU's vec_dot_iq2_xxs_q8_K.
+struct Iq2xxsFormat {
+    struct Tables {
+        uint64_t grid[256], sign_masks[128];
+        __device__ void load() {
+            grid[threadIdx.x] = g_grid[threadIdx.x];
+            if (threadIdx.x < 128) sign_masks[threadIdx.x] = g_sign_masks[threadIdx.x];
+        }
+    };
+    struct Scales {
+        static constexpr int kBytes = 2;
+        uint16_t d = 0;
+    };
+    struct Sums {
+        int s = 0;
+    };
+    static constexpr float kOutputScale = 0.125f;
 
-    const int64_t expert = ids[blockIdx.y];
-    const int64_t nb = k / kQK, row_bytes = nb * kGroupBytes;
-    const int64_t pieces = nb * 4;
-    constexpr int kWarps = kThreads / 32;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
-    const uint8_t *wbase = wq + expert * n_rows * row_bytes;
-    const uint16_t *dbase = wd + expert * n_rows * nb;
-    float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-    for (int64_t p0 = 0; p0 < pieces; p0 += 32) {
-        const int64_t p = p0 + lane;
-        const bool active = p < pieces;  // pieces is a multiple of 4: super-blocks stay whole
-        const int64_t sb = p / 4;
-        int q[16];
-        if (active) {
-            const int4 *xs = reinterpret_cast<const int4 *>(sx + p * 64);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int4 v = xs[j];
-                q[4 * j] = v.x, q[4 * j + 1] = v.y, q[4 * j + 2] = v.z, q[4 * j + 3] = v.w;
-            }
-        }
-        const float dx = active ? __ldg(xd + sb) : 0.0f;
-        // All R rows' loads are issued before any of them is used, so they are in flight together.
-        uint4 g[R];
-        uint16_t dw[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const int64_t row = min(row0 + r, n_rows - 1);  // a clamped duplicate is not stored
-            g[r] = make_uint4(0, 0, 0, 0);
-            dw[r] = 0;
-            if (active) {
-                g[r] = __ldcs(reinterpret_cast<const uint4 *>(wbase + row * row_bytes) + p);
-                dw[r] = __ldcs(dbase + row * nb + sb);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            int s = active ? group_dot(grid, sign_masks, g[r].x, g[r].y, q) +
-                                 group_dot(grid, sign_masks, g[r].z, g[r].w, q + 8)
-                           : 0;
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            if (active && lane % 4 == 0)
-                acc[r] += __half2float(__ushort_as_half(dw[r])) * dx * static_cast<float>(s);
-        }
+    __device__ static Scales load_scales(const uint8_t *p, int64_t) {
+        return {__ldcs(reinterpret_cast<const uint16_t *>(p))};
     }
+    struct XPiece {
+        int q[16];  // the piece's 64 int8 activations as words
+    };
+    __device__ static XPiece load_x(const int8_t *sx, const int16_t *, int64_t p, int64_t) {
+        XPiece x;
+        const int4 *xs = reinterpret_cast<const int4 *>(sx + p * 64);
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-        float v = acc[r];
-        for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0 && row0 + r < n_rows) y[int64_t(blockIdx.y) * n_rows + row0 + r] = 0.125f * v;
+        for (int j = 0; j < 4; ++j) {
+            const int4 v = xs[j];
+            x.q[4 * j] = v.x, x.q[4 * j + 1] = v.y, x.q[4 * j + 2] = v.z, x.q[4 * j + 3] = v.w;
+        }
+        return x;
     }
-}
+    __device__ static Sums dot(uint4 g, const XPiece &x, const Tables &t, const Scales &) {
+        return {group_dot(t.grid, t.sign_masks, g.x, g.y, x.q) +
+                group_dot(t.grid, t.sign_masks, g.z, g.w, x.q + 8)};
+    }
+    __device__ static Sums add(Sums a, Sums b) {
+        return {a.s + b.s};
+    }
+    __device__ static Sums shuffle(Sums a, int x) {
+        return {__shfl_xor_sync(0xffffffffu, a.s, x)};
+    }
+    __device__ static float term(Sums s, const Scales &sc, float dx) {
+        return __half2float(__ushort_as_half(sc.d)) * dx * static_cast<float>(s.s);
+    }
+};
 
 }  // namespace
 
@@ -163,23 +137,8 @@ Iq2xxsWeights::Iq2xxsWeights(const void *ggml_blocks, int64_t n_rows, int64_t k,
 void matvec_iq2_xxs(const Iq2xxsExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
                     float *y, cudaStream_t stream) {
     if (n_ids <= 0 || w.n_rows == 0) return;
-    const size_t smem = size_t(w.k);  // the int8 activations
-    constexpr int kWarps = kThreads / 32;
-    // Up to four rows per warp (each activation piece read from shared memory once for all of
-    // them) while the grid stays above ~2 blocks per multiprocessor of an H200 (132).
-    const int64_t warp_rows = (w.n_rows + kWarps - 1) / kWarps * n_ids;
-    const int r = warp_rows >= 4 * 264 ? 4 : warp_rows >= 2 * 264 ? 2 : 1;
-    const int rows_per_block = kWarps * r;
-    const dim3 grid(unsigned((w.n_rows + rows_per_block - 1) / rows_per_block), unsigned(n_ids));
-    if (r == 4)
-        matvec_iq2_xxs_kernel<4>
-            <<<grid, kThreads, smem, stream>>>(w.qs, w.d, w.n_rows, w.k, ids, x.q, x.d, y);
-    else if (r == 2)
-        matvec_iq2_xxs_kernel<2>
-            <<<grid, kThreads, smem, stream>>>(w.qs, w.d, w.n_rows, w.k, ids, x.q, x.d, y);
-    else
-        matvec_iq2_xxs_kernel<1>
-            <<<grid, kThreads, smem, stream>>>(w.qs, w.d, w.n_rows, w.k, ids, x.q, x.d, y);
+    expert_matvec::launch<Iq2xxsFormat>(w.qs, reinterpret_cast<const uint8_t *>(w.d), w.n_rows, w.k,
+                                        ids, n_ids, x.q, x.d, x.bsums, y, stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,0 +1,116 @@
+#pragma once
+// The decode matvec skeleton shared by the routed-expert formats whose dot products take Q8_K
+// activations (IQ2_XXS, Q2_K): one launch covers n_ids experts of a [n_experts][n_rows][k]
+// tensor, expert ids[i] in output slot i (blockIdx.y), the ids read on the device.
+//
+// A block of 256 threads computes R rows of one expert per warp. The weights of a super-block
+// (256 values) are 4 pieces of 16 bytes (4 consecutive lanes); each lane computes the integer
+// sums of its piece exactly, the 4 lanes add them (shuffles, exact), and the first applies the
+// super-block's scales, so every float term is the CPU's per-super-block term. The int8
+// activations are staged in shared memory once per block; all R rows' loads are issued before
+// any is used. Partial sums are reduced in a fixed order (a butterfly): the same bits every run.
+//
+// A Format provides:
+//   struct Tables { __device__ void load(); }       shared-memory lookup tables (or none)
+//   struct Scales;  Scales load_scales(super-block scale record, piece)  what the piece needs
+//   struct XPiece; XPiece load_x(x in shared memory, xbsums, piece, sb)  the activations a piece
+//                  needs, loaded once per pass for all R rows
+//   struct Sums { ...ints... };  Sums dot(uint4 piece, xpiece, tables, scales)
+//   Sums add(Sums, Sums), Sums shuffle(Sums, lane_xor)   exact integer addition across lanes
+//   float term(Sums, Scales, dx)  the CPU's float term of one super-block
+//   kOutputScale                 a constant applied once to the row's sum (1/8 for IQ2_XXS)
+//   pointers: qs plane (64 bytes per super-block), scale plane of Scales::kBytes per super-block
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ds4::cuda::expert_matvec {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32, kQK = 256, kPieceBytes = 16;
+constexpr int kPiecesPerBlock = 4;  // 64 bytes of quants per super-block, 16 per lane
+
+template <class Format, int R>
+__global__ void __launch_bounds__(kThreads)
+    kernel(const uint8_t *__restrict__ wq, const uint8_t *__restrict__ wscales, int64_t n_rows,
+           int64_t k, const int32_t *__restrict__ ids, const int8_t *__restrict__ xq,
+           const float *__restrict__ xd, const int16_t *__restrict__ xbsums,
+           float *__restrict__ y) {
+    extern __shared__ int4 smem[];
+    __shared__ typename Format::Tables tables;
+    tables.load();
+    for (int64_t i = threadIdx.x; i < k / 16; i += kThreads)
+        smem[i] = __ldg(reinterpret_cast<const int4 *>(xq) + i);
+    __syncthreads();
+    const int8_t *sx = reinterpret_cast<const int8_t *>(smem);
+
+    const int64_t expert = ids[blockIdx.y];
+    const int64_t nb = k / kQK, row_bytes = nb * kPiecesPerBlock * kPieceBytes;
+    const int64_t pieces = nb * kPiecesPerBlock;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
+    const uint8_t *wbase = wq + expert * n_rows * row_bytes;
+    const uint8_t *sbase = wscales + expert * n_rows * nb * Format::Scales::kBytes;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+    for (int64_t p0 = 0; p0 < pieces; p0 += 32) {
+        const int64_t p = p0 + lane;
+        const bool active = p < pieces;  // pieces is a multiple of 4: super-blocks stay whole
+        const int64_t sb = p / kPiecesPerBlock;
+        uint4 g[R];
+        typename Format::Scales sc[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int64_t row = min(row0 + r, n_rows - 1);  // a clamped duplicate is not stored
+            if (active) {
+                g[r] = __ldcs(reinterpret_cast<const uint4 *>(wbase + row * row_bytes) + p);
+                sc[r] = Format::load_scales(sbase + (row * nb + sb) * Format::Scales::kBytes, p);
+            } else {
+                g[r] = make_uint4(0, 0, 0, 0);
+                sc[r] = typename Format::Scales{};
+            }
+        }
+        const float dx = active ? __ldg(xd + sb) : 0.0f;
+        typename Format::XPiece xp{};
+        if (active) xp = Format::load_x(sx, xbsums, p, sb);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            typename Format::Sums s{};
+            if (active) s = Format::dot(g[r], xp, tables, sc[r]);
+            s = Format::add(s, Format::shuffle(s, 1));
+            s = Format::add(s, Format::shuffle(s, 2));
+            if (active && lane % kPiecesPerBlock == 0) acc[r] += Format::term(s, sc[r], dx);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        float v = acc[r];
+        for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && row0 + r < n_rows)
+            y[int64_t(blockIdx.y) * n_rows + row0 + r] = Format::kOutputScale * v;
+    }
+}
+
+// Up to four rows per warp while the grid stays above ~2 blocks per multiprocessor of an H200
+// (132). Dynamic shared memory: the k int8 activations.
+template <class Format>
+void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k,
+            const int32_t *ids, int n_ids, const int8_t *xq, const float *xd, const int16_t *xbsums,
+            float *y, cudaStream_t stream) {
+    const int64_t warp_rows = (n_rows + kWarps - 1) / kWarps * n_ids;
+    const int r = warp_rows >= 4 * 264 ? 4 : warp_rows >= 2 * 264 ? 2 : 1;
+    const int rows_per_block = kWarps * r;
+    const dim3 grid(unsigned((n_rows + rows_per_block - 1) / rows_per_block), unsigned(n_ids));
+    const size_t smem = size_t(k);
+    if (r == 4)
+        kernel<Format, 4>
+            <<<grid, kThreads, smem, stream>>>(wq, wscales, n_rows, k, ids, xq, xd, xbsums, y);
+    else if (r == 2)
+        kernel<Format, 2>
+            <<<grid, kThreads, smem, stream>>>(wq, wscales, n_rows, k, ids, xq, xd, xbsums, y);
+    else
+        kernel<Format, 1>
+            <<<grid, kThreads, smem, stream>>>(wq, wscales, n_rows, k, ids, xq, xd, xbsums, y);
+}
+
+}  // namespace ds4::cuda::expert_matvec

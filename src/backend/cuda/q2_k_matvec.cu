@@ -1,0 +1,125 @@
+#include <cuda_fp16.h>
+
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/expert_matvec.cuh"
+#include "backend/cuda/q2_k_matvec.h"
+#include "common/error.h"
+#include "quant/blocks.h"
+
+namespace ds4::cuda {
+namespace {
+
+constexpr int kQK = 256;
+
+// The Q2_K format for expert_matvec.cuh. Piece j (0..3) of a super-block is quant bytes
+// [16 j, 16 j + 16): half h = j / 2, part = j % 2. Byte i of half h holds values 128 h + 32 s + i
+// at bits 2 s (s = 0..3), so a piece covers, for each s, the 16 values of sub-block
+// k = 8 h + 2 s + part, whose activations are x[128 h + 32 s + 16 part ..][16].
+struct Q2KFormat {
+    struct Tables {
+        __device__ void load() {}
+    };
+    struct Scales {
+        static constexpr int kBytes = kQ2KRecordBytes;
+        uint32_t sc0 = 0, sc1 = 0;  // scale bytes 8 h .. 8 h + 7 of the piece's half
+        uint32_t d_dmin = 0;        // f16 d (low half), f16 dmin (high half)
+    };
+    struct Sums {
+        int scaled = 0, mins = 0;
+    };
+    static constexpr float kOutputScale = 1.0f;
+
+    __device__ static Scales load_scales(const uint8_t *rec, int64_t p) {
+        const auto *w = reinterpret_cast<const uint32_t *>(rec);
+        const int h = int(p % 4) / 2;
+        return {__ldcs(w + 2 * h), __ldcs(w + 2 * h + 1), __ldcs(w + 4)};
+    }
+    struct XPiece {
+        int4 x[4];     // for each shift s, the 16 activations of the piece's sub-block
+        int bsums[4];  // and that sub-block's sum of activations
+        int part = 0;  // the piece's part (0, 1): which scale bytes are its sub-blocks'
+    };
+    __device__ static XPiece load_x(const int8_t *sx, const int16_t *xbsums, int64_t p,
+                                    int64_t sb) {
+        const int j = int(p % 4), h = j / 2, part = j % 2;
+        const int8_t *x = sx + sb * kQK + 128 * h + 16 * part;
+        const int16_t *bs = xbsums + sb * 16 + 8 * h + part;
+        XPiece xp;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            xp.x[s] = *reinterpret_cast<const int4 *>(x + 32 * s);
+            xp.bsums[s] = __ldg(bs + 2 * s);
+        }
+        xp.part = part;
+        return xp;
+    }
+    __device__ static Sums dot(uint4 g, const XPiece &xp, const Tables &, const Scales &sc) {
+        Sums out;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            const uint32_t m = 0x03030303u;
+            int sub = __dp4a(int((g.x >> (2 * s)) & m), xp.x[s].x, 0);
+            sub = __dp4a(int((g.y >> (2 * s)) & m), xp.x[s].y, sub);
+            sub = __dp4a(int((g.z >> (2 * s)) & m), xp.x[s].z, sub);
+            sub = __dp4a(int((g.w >> (2 * s)) & m), xp.x[s].w, sub);
+            // scale byte 8 h + 2 s + part is byte 2 s + part of the 8 loaded
+            const int b = 2 * s + xp.part;
+            const uint32_t byte = ((b < 4 ? sc.sc0 : sc.sc1) >> (8 * (b % 4))) & 0xffu;
+            out.scaled += int(byte & 0xfu) * sub;
+            out.mins += xp.bsums[s] * int(byte >> 4);
+        }
+        return out;
+    }
+    __device__ static Sums add(Sums a, Sums b) {
+        return {a.scaled + b.scaled, a.mins + b.mins};
+    }
+    __device__ static Sums shuffle(Sums a, int x) {
+        return {__shfl_xor_sync(0xffffffffu, a.scaled, x), __shfl_xor_sync(0xffffffffu, a.mins, x)};
+    }
+    __device__ static float term(Sums s, const Scales &sc, float dx) {
+        const float d = __half2float(__ushort_as_half(uint16_t(sc.d_dmin & 0xffffu)));
+        const float dmin = __half2float(__ushort_as_half(uint16_t(sc.d_dmin >> 16)));
+        const float dall = dx * d, dm = dx * dmin;
+        return dall * static_cast<float>(s.scaled) - dm * static_cast<float>(s.mins);
+    }
+};
+
+}  // namespace
+
+Q2KPlanes repack_q2_K(const void *ggml_blocks, int64_t n_blocks) {
+    const auto *blocks = static_cast<const quant::BlockQ2_K *>(ggml_blocks);
+    Q2KPlanes p;
+    p.qs.resize(size_t(n_blocks) * 64);
+    p.records.resize(size_t(n_blocks) * kQ2KRecordBytes);
+    for (int64_t i = 0; i < n_blocks; ++i) {
+        std::memcpy(p.qs.data() + i * 64, blocks[i].qs, 64);
+        uint8_t *r = p.records.data() + i * kQ2KRecordBytes;
+        std::memcpy(r, blocks[i].scales, 16);
+        std::memcpy(r + 16, &blocks[i].d, 2);
+        std::memcpy(r + 18, &blocks[i].dmin, 2);
+    }
+    return p;
+}
+
+Q2KWeights::Q2KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64_t n_experts) {
+    if (k % kQK != 0) throw ds4::Error("Q2_K rows must hold a multiple of 256 values");
+    const Q2KPlanes p = repack_q2_K(ggml_blocks, n_experts * n_rows * (k / kQK));
+    qs_ = DeviceBuffer(p.qs.size());
+    records_ = DeviceBuffer(p.records.size());
+    DS4_CUDA_CHECK(cudaMemcpy(qs_.get(), p.qs.data(), qs_.bytes(), cudaMemcpyHostToDevice));
+    DS4_CUDA_CHECK(
+        cudaMemcpy(records_.get(), p.records.data(), records_.bytes(), cudaMemcpyHostToDevice));
+    view_ = {qs_.as<uint8_t>(), records_.as<uint8_t>(), n_rows, k, n_experts};
+}
+
+void matvec_q2_K(const Q2KExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
+                 float *y, cudaStream_t stream) {
+    if (n_ids <= 0 || w.n_rows == 0) return;
+    expert_matvec::launch<Q2KFormat>(w.qs, w.records, w.n_rows, w.k, ids, n_ids, x.q, x.d, x.bsums,
+                                     y, stream);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ds4::cuda
