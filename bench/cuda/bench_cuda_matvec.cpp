@@ -25,6 +25,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_copy.h"
+#include "backend/cuda/float_matvec.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
 #include "backend/cuda/q2_k_matvec.h"
 #include "backend/cuda/q8_0_matvec.h"
@@ -117,6 +118,46 @@ void bench_routed(cudaStream_t s, int reps, double copy_gbs, ds4::GgmlType type,
     DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
 }
 
+// F16 matrices of one layer: the hyper-connection mixer (24 rows of 16384), the router, a
+// ratio-4 compressor projection, the indexer's q_b. As for Q8_0, enough copies to pass the L2.
+void bench_float(cudaStream_t s, int reps, double copy_gbs, size_t min_total) {
+    struct FloatShape {
+        const char *name;
+        int64_t n_rows, k;
+    };
+    constexpr FloatShape kFloatShapes[] = {{"hc_attn_fn f16", 24, 16384},
+                                           {"ffn_gate_inp f16", 256, 4096},
+                                           {"compressor f16", 1024, 4096},
+                                           {"indexer_q_b f16", 8192, 1024}};
+    for (const FloatShape &sh : kFloatShapes) {
+        const size_t bytes = size_t(sh.n_rows * sh.k) * 2;
+        const int copies = int(std::max<size_t>(1, (min_total + bytes - 1) / bytes));
+        const auto host = ds4::quant::random_blocks(ds4::GgmlType::F16, sh.n_rows * sh.k, 5);
+        std::vector<DeviceBuffer> mats;
+        for (int c = 0; c < copies; ++c) {
+            mats.emplace_back(bytes);
+            DS4_CUDA_CHECK(
+                cudaMemcpy(mats.back().get(), host.data(), bytes, cudaMemcpyHostToDevice));
+        }
+        const auto x = ds4::quant::random_blocks(ds4::GgmlType::F32, sh.k, 3);
+        const ds4::cuda::FloatMatrix probe{ds4::GgmlType::F16, nullptr, sh.n_rows, sh.k};
+        DeviceBuffer dx(size_t(sh.k) * 4), y(size_t(sh.n_rows) * 4),
+            scratch(std::max<size_t>(8, ds4::cuda::float_matvec_scratch_bytes(probe)));
+        DS4_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
+        auto g = capture(s, [&] {
+            for (const auto &m : mats)
+                ds4::cuda::matvec_float({ds4::GgmlType::F16, m.get(), sh.n_rows, sh.k},
+                                        dx.as<float>(), y.as<float>(), scratch.get(), s);
+        });
+        const double ms = median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(g, s)); });
+        const double us = ms * 1e3 / copies;
+        const double gbs = double(bytes) / (us * 1e-6) / 1e9;
+        fmt::print("{:<16} {:>7} {:>6} {:>9.1f} {:>10.2f} {:>9.0f} {:>8.2f}\n", sh.name, sh.n_rows,
+                   sh.k, bytes / 1e6, us, gbs, gbs / copy_gbs);
+        DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
+    }
+}
+
 int run(int reps) {
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -176,6 +217,7 @@ int run(int reps) {
                    sh.k, bytes / 1e6, us, gbs, gbs / copy_gbs);
         DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
     }
+    bench_float(s, reps, copy_gbs, min_total);
     bench_routed<ds4::cuda::Iq2xxsWeights>(
         s, reps, copy_gbs, ds4::GgmlType::IQ2_XXS, "routed iq2_xxs x6", 2048, 4096,
         [&](const auto &w, const int32_t *ids, int n, const auto &act, float *y) {

@@ -1,0 +1,188 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/float_matvec.h"
+#include "common/error.h"
+
+namespace ds4::cuda {
+namespace {
+
+constexpr int kThreads = 256, kWarp = 32, kValues = 8;  // values per thread per pass
+constexpr int kMaxSplit = 8;
+constexpr int64_t kMinBlocks = 264;  // ~2 blocks per multiprocessor of an H200 (132)
+
+template <GgmlType T>
+struct Weights8;  // 8 consecutive weights of a row as floats
+
+template <>
+struct Weights8<GgmlType::F32> {
+    static constexpr int kBytes = 4;
+    __device__ static void load(const void *row, int64_t i, float (&w)[8]) {
+        const float4 *p = reinterpret_cast<const float4 *>(static_cast<const float *>(row) + i);
+        const float4 a = __ldcs(p), b = __ldcs(p + 1);
+        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z,
+        w[7] = b.w;
+    }
+};
+
+template <>
+struct Weights8<GgmlType::F16> {
+    static constexpr int kBytes = 2;
+    __device__ static void load(const void *row, int64_t i, float (&w)[8]) {
+        const uint4 v =
+            __ldcs(reinterpret_cast<const uint4 *>(static_cast<const __half *>(row) + i));
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&u[j]));
+            w[2 * j] = f.x, w[2 * j + 1] = f.y;
+        }
+    }
+};
+
+template <>
+struct Weights8<GgmlType::BF16> {
+    static constexpr int kBytes = 2;
+    __device__ static void load(const void *row, int64_t i, float (&w)[8]) {
+        const uint4 v =
+            __ldcs(reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(row) + i));
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {  // bf16 is the top half of an f32
+            w[2 * j] = __uint_as_float(u[j] << 16);
+            w[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+        }
+    }
+};
+
+// Groups of TPR threads compute one row each (256 / TPR rows per block), over the split
+// blockIdx.y of S equal parts of k. Each thread sums its exact double products; the warp adds
+// them with a butterfly, then the warps of a group in index order (shared memory).
+template <GgmlType T, int TPR>
+__global__ void __launch_bounds__(kThreads)
+    matvec_float_kernel(const void *__restrict__ w, int64_t n_rows, int64_t k, int64_t span,
+                        const float *__restrict__ x, float *__restrict__ y,
+                        double *__restrict__ partial) {
+    constexpr int kGroups = kThreads / TPR, kWarpsPerGroup = TPR / kWarp;
+    __shared__ double sums[kGroups][kWarpsPerGroup];
+    const int group = threadIdx.x / TPR, t = threadIdx.x % TPR, lane = threadIdx.x % kWarp;
+    const int64_t row = int64_t(blockIdx.x) * kGroups + group;
+    const int64_t begin = int64_t(blockIdx.y) * span, end = min(k, begin + span);
+    const void *wrow =
+        static_cast<const char *>(w) + min(row, n_rows - 1) * k * Weights8<T>::kBytes;
+    double acc = 0.0;
+    for (int64_t i = begin + int64_t(t) * kValues; i < end; i += int64_t(TPR) * kValues) {
+        float wv[8];
+        Weights8<T>::load(wrow, i, wv);
+        const float4 xa = __ldg(reinterpret_cast<const float4 *>(x + i));
+        const float4 xb = __ldg(reinterpret_cast<const float4 *>(x + i) + 1);
+        const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc += double(wv[j]) * double(xv[j]);  // exact products
+    }
+    for (int o = kWarp / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) sums[group][t / kWarp] = acc;
+    __syncthreads();
+    if (t == 0 && row < n_rows) {
+        double v = 0.0;
+#pragma unroll
+        for (int i = 0; i < kWarpsPerGroup; ++i) v += sums[group][i];
+        if (gridDim.y == 1)
+            y[row] = static_cast<float>(v);
+        else
+            partial[row * gridDim.y + blockIdx.y] = v;
+    }
+}
+
+// y[row] = f32(sum of the row's partial sums, in split order).
+__global__ void add_partials_kernel(const double *__restrict__ partial, int64_t n_rows, int split,
+                                    float *__restrict__ y) {
+    const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (row >= n_rows) return;
+    double v = 0.0;
+    for (int s = 0; s < split; ++s) v += partial[row * split + s];
+    y[row] = static_cast<float>(v);
+}
+
+struct Plan {
+    int tpr, split;
+    int64_t span;
+};
+
+Plan plan(const FloatMatrix &w) {
+    if (w.k % kValues != 0)
+        throw ds4::Error("the CUDA float matvec needs rows of a multiple of 8 values");
+    const int64_t pieces = w.k / kValues;
+    const int tpr = pieces >= 256 ? 256 : pieces >= 128 ? 128 : pieces >= 64 ? 64 : 32;
+    const int64_t blocks = (w.n_rows + kThreads / tpr - 1) / (kThreads / tpr);
+    // Split k when the rows alone leave the grid small, in spans of whole passes.
+    const int64_t pass = int64_t(tpr) * kValues;
+    const int64_t passes = (w.k + pass - 1) / pass;
+    const int split = int(std::clamp<int64_t>((kMinBlocks + blocks - 1) / blocks, 1,
+                                              std::min<int64_t>(kMaxSplit, passes)));
+    const int64_t span = (passes + split - 1) / split * pass;
+    return {tpr, int((w.k + span - 1) / span), span};
+}
+
+template <GgmlType T>
+void launch(const FloatMatrix &w, const Plan &p, const float *x, float *y, double *partial,
+            cudaStream_t s) {
+    const dim3 grid(unsigned((w.n_rows + kThreads / p.tpr - 1) / (kThreads / p.tpr)),
+                    unsigned(p.split));
+    switch (p.tpr) {
+        case 256:
+            matvec_float_kernel<T, 256>
+                <<<grid, kThreads, 0, s>>>(w.data, w.n_rows, w.k, p.span, x, y, partial);
+            break;
+        case 128:
+            matvec_float_kernel<T, 128>
+                <<<grid, kThreads, 0, s>>>(w.data, w.n_rows, w.k, p.span, x, y, partial);
+            break;
+        case 64:
+            matvec_float_kernel<T, 64>
+                <<<grid, kThreads, 0, s>>>(w.data, w.n_rows, w.k, p.span, x, y, partial);
+            break;
+        default:
+            matvec_float_kernel<T, 32>
+                <<<grid, kThreads, 0, s>>>(w.data, w.n_rows, w.k, p.span, x, y, partial);
+    }
+}
+
+}  // namespace
+
+size_t float_matvec_scratch_bytes(const FloatMatrix &w) {
+    const Plan p = plan(w);
+    return p.split > 1 ? size_t(w.n_rows) * size_t(p.split) * sizeof(double) : 0;
+}
+
+void matvec_float(const FloatMatrix &w, const float *x, float *y, void *scratch,
+                  cudaStream_t stream) {
+    if (w.n_rows == 0) return;
+    const Plan p = plan(w);
+    auto *partial = static_cast<double *>(scratch);
+    if (p.split > 1 && !partial) throw ds4::Error("matvec_float: this matrix needs scratch");
+    switch (w.type) {
+        case GgmlType::F32:
+            launch<GgmlType::F32>(w, p, x, y, partial, stream);
+            break;
+        case GgmlType::F16:
+            launch<GgmlType::F16>(w, p, x, y, partial, stream);
+            break;
+        case GgmlType::BF16:
+            launch<GgmlType::BF16>(w, p, x, y, partial, stream);
+            break;
+        default:
+            throw ds4::Error("matvec_float takes F32, F16 or BF16 weights");
+    }
+    DS4_CUDA_CHECK(cudaGetLastError());
+    if (p.split > 1) {
+        add_partials_kernel<<<unsigned((w.n_rows + 255) / 256), 256, 0, stream>>>(partial, w.n_rows,
+                                                                                  p.split, y);
+        DS4_CUDA_CHECK(cudaGetLastError());
+    }
+}
+
+}  // namespace ds4::cuda
