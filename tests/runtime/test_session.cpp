@@ -2,8 +2,10 @@
 // context limits, and the QAT switch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "common/error.h"
 #include "gguf/gguf_file.h"
@@ -195,6 +197,170 @@ TEST(Sampler, TopKIsCappedAt1024) {
     for (int i = 0; i < 20000; ++i) highest = std::max(highest, s.sample(logits));
     EXPECT_LT(highest, 1024);
     EXPECT_GT(highest, 1000);  // and the cap is not lower
+}
+
+// The distribution a sampler must draw from, computed here from the documented contract
+// (docs/SURFACES.md 1, the header of src/runtime/sampler.h), not from the sampler: top-k keeps the
+// k largest logits (ties to the lower id); probabilities are softmax(logits / T); min-p keeps the
+// tokens whose probability is at least min_p x the top token's; top-p keeps the smallest prefix
+// of those, sorted by probability, whose mass reaches top_p x theirs; the rest is renormalized.
+std::vector<long double> expected_distribution(const std::vector<float> &logits,
+                                               const SamplerParams &p) {
+    const size_t n = logits.size();
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return logits[a] > logits[b]; });
+    if (p.top_k > 0 && size_t(p.top_k) < n) order.resize(size_t(p.top_k));
+    const long double top = logits[order[0]];
+    std::vector<long double> w(n, 0.0L);  // probability up to one factor, the top token's = 1
+    std::vector<size_t> kept;
+    for (size_t id : order) {
+        const long double x = std::exp((static_cast<long double>(logits[id]) - top) / p.temperature);
+        if (x >= p.min_p) {
+            w[id] = x;
+            kept.push_back(id);
+        }
+    }
+    long double mass = 0;
+    for (size_t id : kept) mass += w[id];
+    long double acc = 0;
+    size_t m = 0;
+    while (m < kept.size() && acc < p.top_p * mass) acc += w[kept[m++]];
+    for (size_t i = m; i < kept.size(); ++i) w[kept[i]] = 0;
+    for (auto &x : w) x /= acc;
+    return w;
+}
+
+// Upper 1e-7 quantile of the chi-square distribution with `df` degrees of freedom, by the
+// Wilson-Hilferty approximation; at this level it errs high by 19 % at df 1, 12 % at 2, 3 % at 10
+// and < 1.5 % from 20 (against scipy.stats.chi2.isf), so the test's false-alarm rate stays < 1e-7.
+double chi_square_critical(int df) {
+    const double z = 5.199;  // the standard normal's upper 1e-7 quantile
+    const double a = 2.0 / (9.0 * df);
+    return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
+}
+
+std::vector<float> spread_logits(size_t n) {  // distinct values over ~6 nats, no exact ties
+    std::vector<float> l(n);
+    for (size_t i = 0; i < n; ++i)
+        l[i] = 3.0f * std::sin(1.7f * float(i) + 0.3f) + 0.01f * float(i);
+    return l;
+}
+
+struct SamplingCase {
+    const char *what;
+    SamplerParams params;
+    size_t min_support, max_support;  // the filters must really cut (or, for T alone, keep all)
+};
+
+class SamplerDistribution : public ::testing::TestWithParam<SamplingCase> {};
+
+// Many seeded draws against softmax(logits / T) restricted by the filters: every drawn token is in
+// the expected support, a chi-square goodness-of-fit statistic stays below the 1e-7 quantile, and
+// the total-variation distance below 0.01 (for 200k draws from these distributions its mean is
+// 0.003-0.005 with a standard deviation of 0.0007, simulated from the expected distribution).
+TEST_P(SamplerDistribution, DrawsFollowTheFilteredTemperedSoftmax) {
+    const SamplingCase &c = GetParam();
+    const std::vector<float> logits = spread_logits(40);
+    const auto want = expected_distribution(logits, c.params);
+    const size_t support = size_t(std::count_if(want.begin(), want.end(), [](long double x) { return x > 0; }));
+    ASSERT_GE(support, c.min_support) << c.what;
+    ASSERT_LE(support, c.max_support) << c.what;
+
+    constexpr int kDraws = 200000;
+    Sampler s(c.params);
+    std::vector<long> count(logits.size(), 0);
+    for (int i = 0; i < kDraws; ++i) {
+        const int32_t t = s.sample(logits);
+        ASSERT_TRUE(t >= 0 && size_t(t) < logits.size());
+        ++count[size_t(t)];
+    }
+    // chi-square over bins of expected count >= 5: the tokens expected fewer times are pooled
+    // into one bin, itself merged into the smallest other bin if it is still below 5
+    double tv = 0;
+    std::vector<std::pair<double, double>> bins;  // (observed, expected)
+    std::pair<double, double> pooled{0, 0};
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (want[i] == 0) {
+            EXPECT_EQ(count[i], 0) << c.what << ": token " << i << " is outside the filters";
+            continue;
+        }
+        const double e = double(want[i]) * kDraws;
+        tv += 0.5 * std::fabs(double(count[i]) / kDraws - double(want[i]));
+        if (e >= 5) {
+            bins.push_back({double(count[i]), e});
+        } else {
+            pooled.first += double(count[i]);
+            pooled.second += e;
+        }
+    }
+    ASSERT_FALSE(bins.empty());
+    if (pooled.second >= 5) {
+        bins.push_back(pooled);
+    } else if (pooled.second > 0) {
+        auto smallest = std::min_element(bins.begin(), bins.end(),
+                                         [](auto &a, auto &b) { return a.second < b.second; });
+        smallest->first += pooled.first;
+        smallest->second += pooled.second;
+    }
+    double chi2 = 0;
+    for (const auto &[o, e] : bins) chi2 += (o - e) * (o - e) / e;
+    const int df = int(bins.size()) - 1;
+    std::printf("[ sampler ] %s: support %zu, chi2 %.1f (df %d, bound %.1f), TV %.4f\n", c.what,
+                support, chi2, df, df > 0 ? chi_square_critical(df) : 0.0, tv);
+    if (df > 0) {
+        EXPECT_LT(chi2, chi_square_critical(df)) << c.what;
+    }
+    EXPECT_LT(tv, 0.01) << c.what;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Filters, SamplerDistribution,
+    ::testing::Values(
+        SamplingCase{"T=0.5", {.temperature = 0.5f, .min_p = 0.0f, .seed = 101}, 40, 40},
+        SamplingCase{"T=1.8", {.temperature = 1.8f, .min_p = 0.0f, .seed = 102}, 40, 40},
+        SamplingCase{"T=1.3 top-k 6", {.temperature = 1.3f, .min_p = 0.0f, .top_k = 6, .seed = 103}, 6, 6},
+        SamplingCase{"T=0.8 min-p 0.1", {.temperature = 0.8f, .min_p = 0.1f, .seed = 104}, 4, 30},
+        SamplingCase{"T=1.5 top-p 0.6", {.temperature = 1.5f, .top_p = 0.6f, .min_p = 0.0f, .seed = 105}, 4, 30},
+        SamplingCase{"T=0.7 top-k 12 min-p 0.02 top-p 0.9",
+                     {.temperature = 0.7f, .top_p = 0.9f, .min_p = 0.02f, .top_k = 12, .seed = 106}, 3, 11}),
+    [](const ::testing::TestParamInfo<SamplingCase> &i) { return "case" + std::to_string(i.index); });
+
+// The filters of the combined case each cut something (else that case would not test them):
+// top-k 12 alone, min-p 0.02 alone and top-p 0.9 alone each leave fewer than 40 tokens, and
+// together fewer than any one of them.
+TEST(SamplerDistribution, EachFilterOfTheCombinedCaseCuts) {
+    const auto logits = spread_logits(40);
+    auto support = [&](SamplerParams p) {
+        const auto w = expected_distribution(logits, p);
+        return size_t(std::count_if(w.begin(), w.end(), [](long double x) { return x > 0; }));
+    };
+    const size_t k = support({.temperature = 0.7f, .min_p = 0.0f, .top_k = 12});
+    const size_t mp = support({.temperature = 0.7f, .min_p = 0.02f});
+    const size_t tp = support({.temperature = 0.7f, .top_p = 0.9f, .min_p = 0.0f});
+    const size_t all = support({.temperature = 0.7f, .top_p = 0.9f, .min_p = 0.02f, .top_k = 12});
+    EXPECT_LT(k, 40u);
+    EXPECT_LT(mp, 40u);
+    EXPECT_LT(tp, 40u);
+    EXPECT_LT(all, std::min({k, mp, tp}));
+}
+
+// The same seed gives the same sequence at T != 1 with every filter on; another seed another one.
+TEST(SamplerDistribution, SameSeedSameSequence) {
+    const auto logits = spread_logits(40);
+    const SamplerParams p{.temperature = 0.7f, .top_p = 0.9f, .min_p = 0.02f, .top_k = 12, .seed = 77};
+    SamplerParams q = p;
+    q.seed = 78;
+    Sampler a(p), b(p), other(q);
+    std::vector<int32_t> sa, sb, so;
+    for (int i = 0; i < 2000; ++i) {
+        sa.push_back(a.sample(logits));
+        sb.push_back(b.sample(logits));
+        so.push_back(other.sample(logits));
+    }
+    EXPECT_EQ(sa, sb);
+    EXPECT_NE(sa, so);
 }
 
 }  // namespace
