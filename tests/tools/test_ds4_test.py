@@ -202,3 +202,17 @@ def test_official_vectors_against_random_weights_fail(tool, tiny):
     (fail,) = c["FAIL"]
     assert fail.startswith("FAIL logprob-vectors: short_reasoning_plain step 0: local ")
     assert "official '16'" in fail and "top-2 margin" in fail and "greedy token differs" in fail
+    # the official vectors give only the chosen token: the line says no logprob was compared
+    assert "no official logprob to compare" in fail and "placeholder logprob 0" in fail
+
+
+def test_official_placeholder_logprob_is_not_a_pass(tool, tiny):
+    """Against the official vectors (chosen token only, at the API's placeholder logprob 0) a step passes
+    only by greedy equality, and says that no logprob was compared; a vector with a measured logprob for
+    the chosen token is compared (tests/test-vectors/README.md: alternatives come back as -9999)."""
+    p = ds4_test(tool, "--logprob-vectors", "--case", "short_italian_fact", env=clean_env(DS4_TEST_MODEL=tiny))
+    c = parse(p.stdout)
+    steps = [line for line in c["FAIL"] + c["PASS"] if " step " in line]
+    assert steps, p.stdout
+    assert all("no official logprob to compare" in line for line in steps), steps
+    assert not any("|delta|" in line for line in steps)
