@@ -3,7 +3,9 @@
 // activations (IQ2_XXS, Q2_K): one launch covers n_ids experts of a [n_experts][n_rows][k]
 // tensor, expert ids[i] in output slot i (blockIdx.y), the ids read on the device.
 //
-// A block of 256 threads computes R rows of one expert per warp. The weights of a super-block
+// A block of 256 threads computes R rows of one expert per warp, looping over row groups (a
+// grid of ~3 blocks per multiprocessor, so that per-block set-up such as lookup tables is paid
+// a few hundred times per launch, not once per 8 R rows). The weights of a super-block
 // (256 values) are 4 pieces of 16 bytes (4 consecutive lanes); each lane computes the integer
 // sums of its piece exactly, the 4 lanes add them (shuffles, exact), and the first applies the
 // super-block's scales, so every float term is the CPU's per-super-block term. The int8
@@ -11,18 +13,22 @@
 // any is used. Partial sums are reduced in a fixed order (a butterfly): the same bits every run.
 //
 // A Format provides:
-//   struct Tables { __device__ void load(); }       shared-memory lookup tables (or none)
+//   kTableBytes; load_tables(uint8_t *smem)   shared-memory lookup tables (0 bytes: none),
+//                  filled by all threads of the block
 //   struct Scales;  Scales load_scales(super-block scale record, piece)  what the piece needs
 //   struct XPiece; XPiece load_x(x in shared memory, xbsums, piece, sb)  the activations a piece
 //                  needs, loaded once per pass for all R rows
-//   struct Sums { ...ints... };  Sums dot(uint4 piece, xpiece, tables, scales)
+//   struct Sums { ...ints... };  Sums dot(uint4 piece, xpiece, tables, lane, scales)
 //   Sums add(Sums, Sums), Sums shuffle(Sums, lane_xor)   exact integer addition across lanes
 //   float term(Sums, Scales, dx)  the CPU's float term of one super-block
 //   kOutputScale                 a constant applied once to the row's sum (1/8 for IQ2_XXS)
 //   pointers: qs plane (64 bytes per super-block), scale plane of Scales::kBytes per super-block
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
 
 namespace ds4::cuda::expert_matvec {
 
@@ -35,82 +41,107 @@ __global__ void __launch_bounds__(kThreads)
            int64_t k, const int32_t *__restrict__ ids, const int8_t *__restrict__ xq,
            const float *__restrict__ xd, const int16_t *__restrict__ xbsums,
            float *__restrict__ y) {
-    extern __shared__ int4 smem[];
-    __shared__ typename Format::Tables tables;
-    tables.load();
+    extern __shared__ int4 smem[];  // [lookup tables][k int8 activations]
+    uint8_t *tables = reinterpret_cast<uint8_t *>(smem);
+    Format::load_tables(tables);
+    int4 *sx4 = smem + Format::kTableBytes / 16;
     for (int64_t i = threadIdx.x; i < k / 16; i += kThreads)
-        smem[i] = __ldg(reinterpret_cast<const int4 *>(xq) + i);
+        sx4[i] = __ldg(reinterpret_cast<const int4 *>(xq) + i);
     __syncthreads();
-    const int8_t *sx = reinterpret_cast<const int8_t *>(smem);
+    const int8_t *sx = reinterpret_cast<const int8_t *>(sx4);
 
     const int64_t expert = ids[blockIdx.y];
     const int64_t nb = k / kQK, row_bytes = nb * kPiecesPerBlock * kPieceBytes;
     const int64_t pieces = nb * kPiecesPerBlock;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
     const uint8_t *wbase = wq + expert * n_rows * row_bytes;
     const uint8_t *sbase = wscales + expert * n_rows * nb * Format::Scales::kBytes;
-    float acc[R];
+    for (int64_t group = blockIdx.x; group * kWarps * R < n_rows; group += gridDim.x) {
+        const int64_t row0 = (group * kWarps + warp) * R;
+        float acc[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-    for (int64_t p0 = 0; p0 < pieces; p0 += 32) {
-        const int64_t p = p0 + lane;
-        const bool active = p < pieces;  // pieces is a multiple of 4: super-blocks stay whole
-        const int64_t sb = p / kPiecesPerBlock;
-        uint4 g[R];
-        typename Format::Scales sc[R];
+        for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+        for (int64_t p0 = 0; p0 < pieces; p0 += 32) {
+            const int64_t p = p0 + lane;
+            const bool active = p < pieces;  // pieces is a multiple of 4: super-blocks stay whole
+            const int64_t sb = p / kPiecesPerBlock;
+            uint4 g[R];
+            typename Format::Scales sc[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const int64_t row = min(row0 + r, n_rows - 1);  // a clamped duplicate is not stored
-            if (active) {
-                g[r] = __ldcs(reinterpret_cast<const uint4 *>(wbase + row * row_bytes) + p);
-                sc[r] = Format::load_scales(sbase + (row * nb + sb) * Format::Scales::kBytes, p);
-            } else {
-                g[r] = make_uint4(0, 0, 0, 0);
-                sc[r] = typename Format::Scales{};
+            for (int r = 0; r < R; ++r) {
+                const int64_t row = min(row0 + r, n_rows - 1);  // a clamped duplicate is not stored
+                if (active) {
+                    g[r] = __ldcs(reinterpret_cast<const uint4 *>(wbase + row * row_bytes) + p);
+                    sc[r] =
+                        Format::load_scales(sbase + (row * nb + sb) * Format::Scales::kBytes, p);
+                } else {
+                    g[r] = make_uint4(0, 0, 0, 0);
+                    sc[r] = typename Format::Scales{};
+                }
+            }
+            const float dx = active ? __ldg(xd + sb) : 0.0f;
+            typename Format::XPiece xp{};
+            if (active) xp = Format::load_x(sx, xbsums, p, sb);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                typename Format::Sums s{};
+                if (active) s = Format::dot(g[r], xp, tables, lane, sc[r]);
+                s = Format::add(s, Format::shuffle(s, 1));
+                s = Format::add(s, Format::shuffle(s, 2));
+                if (active && lane % kPiecesPerBlock == 0) acc[r] += Format::term(s, sc[r], dx);
             }
         }
-        const float dx = active ? __ldg(xd + sb) : 0.0f;
-        typename Format::XPiece xp{};
-        if (active) xp = Format::load_x(sx, xbsums, p, sb);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            typename Format::Sums s{};
-            if (active) s = Format::dot(g[r], xp, tables, sc[r]);
-            s = Format::add(s, Format::shuffle(s, 1));
-            s = Format::add(s, Format::shuffle(s, 2));
-            if (active && lane % kPiecesPerBlock == 0) acc[r] += Format::term(s, sc[r], dx);
+            float v = acc[r];
+            for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0 && row0 + r < n_rows)
+                y[int64_t(blockIdx.y) * n_rows + row0 + r] = Format::kOutputScale * v;
         }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        float v = acc[r];
-        for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0 && row0 + r < n_rows)
-            y[int64_t(blockIdx.y) * n_rows + row0 + r] = Format::kOutputScale * v;
     }
 }
 
-// Up to four rows per warp while the grid stays above ~2 blocks per multiprocessor of an H200
-// (132). Dynamic shared memory: the k int8 activations.
+// Shared memory beyond the default 48 KiB needs each kernel's permission. Called when the
+// weights are uploaded, outside any graph capture.
+template <class Format>
+void prepare() {
+    constexpr int kMax = 200 * 1024;
+    DS4_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel<Format, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMax));
+    DS4_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel<Format, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMax));
+    DS4_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel<Format, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMax));
+}
+
+template <class Format, int R>
+void launch_rows(dim3 grid, size_t smem, const uint8_t *wq, const uint8_t *wscales, int64_t n_rows,
+                 int64_t k, const int32_t *ids, const int8_t *xq, const float *xd,
+                 const int16_t *xbsums, float *y, cudaStream_t stream) {
+    kernel<Format, R>
+        <<<grid, kThreads, smem, stream>>>(wq, wscales, n_rows, k, ids, xq, xd, xbsums, y);
+}
+
+// Up to four rows per warp while there are ~3 row groups per multiprocessor of an H200 (132);
+// at most that many blocks, each looping over row groups. Dynamic shared memory: the format's
+// tables and the k int8 activations.
 template <class Format>
 void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k,
             const int32_t *ids, int n_ids, const int8_t *xq, const float *xd, const int16_t *xbsums,
             float *y, cudaStream_t stream) {
+    constexpr int64_t kTargetBlocks = 3 * 132;
     const int64_t warp_rows = (n_rows + kWarps - 1) / kWarps * n_ids;
-    const int r = warp_rows >= 4 * 264 ? 4 : warp_rows >= 2 * 264 ? 2 : 1;
-    const int rows_per_block = kWarps * r;
-    const dim3 grid(unsigned((n_rows + rows_per_block - 1) / rows_per_block), unsigned(n_ids));
-    const size_t smem = size_t(k);
+    const int r = warp_rows >= 4 * kTargetBlocks ? 4 : warp_rows >= 2 * kTargetBlocks ? 2 : 1;
+    const int64_t groups = (n_rows + kWarps * r - 1) / (kWarps * r);
+    const int64_t per_slot = std::max<int64_t>(1, (kTargetBlocks + n_ids - 1) / n_ids);
+    const dim3 grid(unsigned(std::min(groups, per_slot)), unsigned(n_ids));
+    const size_t smem = size_t(Format::kTableBytes) + size_t(k);
     if (r == 4)
-        kernel<Format, 4>
-            <<<grid, kThreads, smem, stream>>>(wq, wscales, n_rows, k, ids, xq, xd, xbsums, y);
+        launch_rows<Format, 4>(grid, smem, wq, wscales, n_rows, k, ids, xq, xd, xbsums, y, stream);
     else if (r == 2)
-        kernel<Format, 2>
-            <<<grid, kThreads, smem, stream>>>(wq, wscales, n_rows, k, ids, xq, xd, xbsums, y);
+        launch_rows<Format, 2>(grid, smem, wq, wscales, n_rows, k, ids, xq, xd, xbsums, y, stream);
     else
-        kernel<Format, 1>
-            <<<grid, kThreads, smem, stream>>>(wq, wscales, n_rows, k, ids, xq, xd, xbsums, y);
+        launch_rows<Format, 1>(grid, smem, wq, wscales, n_rows, k, ids, xq, xd, xbsums, y, stream);
 }
 
 }  // namespace ds4::cuda::expert_matvec

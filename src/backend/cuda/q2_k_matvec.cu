@@ -18,9 +18,8 @@ constexpr int kQK = 256;
 // at bits 2 s (s = 0..3), so a piece covers, for each s, the 16 values of sub-block
 // k = 8 h + 2 s + part, whose activations are x[128 h + 32 s + 16 part ..][16].
 struct Q2KFormat {
-    struct Tables {
-        __device__ void load() {}
-    };
+    static constexpr int kTableBytes = 0;
+    __device__ static void load_tables(uint8_t *) {}
     struct Scales {
         static constexpr int kBytes = kQ2KRecordBytes;
         uint32_t sc0 = 0, sc1 = 0;  // scale bytes 8 h .. 8 h + 7 of the piece's half
@@ -55,7 +54,7 @@ struct Q2KFormat {
         xp.part = part;
         return xp;
     }
-    __device__ static Sums dot(uint4 g, const XPiece &xp, const Tables &, const Scales &sc) {
+    __device__ static Sums dot(uint4 g, const XPiece &xp, const uint8_t *, int, const Scales &sc) {
         Sums out;
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
@@ -111,6 +110,7 @@ Q2KWeights::Q2KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64
     DS4_CUDA_CHECK(cudaMemcpy(qs_.get(), p.qs.data(), qs_.bytes(), cudaMemcpyHostToDevice));
     DS4_CUDA_CHECK(
         cudaMemcpy(records_.get(), p.records.data(), records_.bytes(), cudaMemcpyHostToDevice));
+    expert_matvec::prepare<Q2KFormat>();
     view_ = {qs_.as<uint8_t>(), records_.as<uint8_t>(), n_rows, k, n_experts};
 }
 
