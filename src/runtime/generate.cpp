@@ -5,6 +5,20 @@
 
 namespace ds4::runtime {
 
+const char *stop_reason_name(StopReason r) {
+    switch (r) {
+        case StopReason::Length:
+            return "length";
+        case StopReason::Eos:
+            return "eos";
+        case StopReason::ContextFull:
+            return "context full";
+        case StopReason::Interrupted:
+            return "interrupted";
+    }
+    return "unknown";
+}
+
 GenerateStats generate(Session &session, std::span<const int32_t> prompt, Sampler &sampler,
                        const GenerateParams &params, const std::function<void(int32_t)> &on_token,
                        const std::function<void(size_t, size_t)> &on_progress) {
@@ -18,11 +32,13 @@ GenerateStats generate(Session &session, std::span<const int32_t> prompt, Sample
     // Each chosen token but the last is evaluated, so the room is ctx - n_past + 1 choices.
     const int64_t room = int64_t(session.ctx()) - int64_t(session.tokens().size()) + 1;
     const int64_t budget = std::min(params.max_tokens, room);
+    // Running out of budget means the context is full when the room, not max_tokens, set it.
+    st.stop = params.max_tokens <= room ? StopReason::Length : StopReason::ContextFull;
     t0 = clock::now();
     auto first = t0;
     for (int64_t i = 0; i < budget; ++i) {
         if (params.cancel && params.cancel->load()) {
-            st.cancelled = true;
+            st.stop = StopReason::Interrupted;
             break;
         }
         const int32_t id = sampler.sample(session.logits());
@@ -31,7 +47,7 @@ GenerateStats generate(Session &session, std::span<const int32_t> prompt, Sample
         on_token(id);
         if (std::find(params.stop_ids.begin(), params.stop_ids.end(), id) !=
             params.stop_ids.end()) {
-            st.stopped_by_token = true;
+            st.stop = StopReason::Eos;
             break;
         }
         if (i + 1 == budget) break;

@@ -1,8 +1,8 @@
 #pragma once
 // The generation loop every front end shares: prefill the prompt (in chunks, with progress), then
 // sample and evaluate one token at a time until EOS, a token budget, the context's end, or a stop
-// request, reporting each token as it is chosen. Timings come back for the
-// `prefill: X t/s, generation: Y t/s` line.
+// request, reporting each token as it is chosen. Counts, timings and the reason it stopped come
+// back for the CLI's final speed line (docs/CLI.md).
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -20,11 +20,16 @@ struct GenerateParams {
     const std::atomic<bool> *cancel = nullptr;  // set from a signal handler to stop early
 };
 
+// Why generation ended: the token budget (max_tokens), a stop token such as EOS, the context's
+// last position, or a cancel request.
+enum class StopReason { Length, Eos, ContextFull, Interrupted };
+const char *stop_reason_name(StopReason r);  // "length" | "eos" | "context full" | "interrupted"
+
 struct GenerateStats {
     size_t prompt_tokens = 0;  // tokens evaluated by the prefill (the new suffix)
     size_t generated = 0;      // tokens chosen (including a final stop token)
     double prefill_seconds = 0, generation_seconds = 0;
-    bool stopped_by_token = false, cancelled = false;
+    StopReason stop = StopReason::Length;
     double prefill_tps() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
     double generation_tps() const {
         return generation_seconds > 0 && generated > 1 ? (generated - 1) / generation_seconds : 0;

@@ -31,6 +31,26 @@ Session::Session(Model &model, const SessionOptions &opts)
     if (opts.chunk == 0) throw Error("prefill chunk must be > 0");
 }
 
+uint64_t Session::kv_bytes_for(const model::HParams &hp, const SessionOptions &opts) {
+    // The layout of the KvCache constructor (kv_cache.cpp): the raw window, and for compressed
+    // layers the compressed rows plus the compressor's rolling window of values and scores
+    // (f32), twice over for the indexer of overlapped layers.
+    const bool f16 = opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0;
+    const uint64_t elem = f16 ? 2 : 4;
+    uint64_t b = 0;
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        b += uint64_t(hp.sliding_window) * hp.head_dim * elem;
+        const uint32_t r = hp.compress_ratio[il];
+        if (r == 0) continue;
+        const uint64_t coff = hp.compressor_coff(il), rows = opts.ctx / r + 1;
+        b += rows * hp.head_dim * elem + 2 * (coff * r) * (coff * hp.head_dim) * sizeof(float);
+        if (hp.attention_kind(il) == model::AttentionKind::Overlapped)
+            b += rows * hp.idx_head_dim * elem +
+                 2 * (coff * r) * (coff * hp.idx_head_dim) * sizeof(float);
+    }
+    return b;
+}
+
 const std::vector<float> &Session::eval(std::span<const int32_t> tokens,
                                         const std::function<void(size_t, size_t)> &progress) {
     if (tokens_.size() + tokens.size() > cache_.ctx)

@@ -66,6 +66,9 @@ class Session {
     const std::vector<int32_t> &tokens() const { return tokens_; }
     uint32_t ctx() const { return cache_.ctx; }
     size_t kv_bytes() const { return cache_.bytes(); }
+    // The bytes kv_bytes() will report for a session of `opts` over a model of `hp`, computed
+    // without allocating, so that a context too large for the machine is refused beforehand.
+    static uint64_t kv_bytes_for(const model::HParams &hp, const SessionOptions &opts);
 
     struct Snapshot {
         KvCache cache;
