@@ -1,0 +1,32 @@
+#include "startup_line.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "model/weights.h"
+#include "quant/quant.h"
+
+namespace ds4::tools {
+
+std::string startup_line(const std::string &tool, const std::string &path, runtime::Model &model) {
+    const auto &hp = model.hparams();
+    // The name comes from the file: shortened and without control bytes, it stays one line.
+    std::string name = model.file().get_string_or("general.name", "").substr(0, 60);
+    for (char &c : name)
+        if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+    const double size = double(model.file().file_size());
+    const std::string size_text = size >= 1024.0 * 1024 * 1024
+                                      ? fmt::format("{:.2f} GiB", size / (1024.0 * 1024 * 1024))
+                                      : fmt::format("{:.2f} MiB", size / (1024.0 * 1024));
+    return fmt::format(
+        "{}: model {}{} ({}), routed experts {}, {} layers, context length {}, {} threads, SIMD "
+        "{}, backend cpu\n",
+        tool, std::filesystem::path(path).filename().string(),
+        name.empty() ? "" : fmt::format(" \"{}\"", name), size_text,
+        ds4::model::routed_quant_mix(hp, model.weights()), hp.n_layer,
+        hp.context_length ? std::to_string(hp.context_length) : std::string("unknown"),
+        model.pool().n_threads(), quant::simd_level_name(quant::detected_simd_level()));
+}
+
+}  // namespace ds4::tools
