@@ -1,10 +1,20 @@
-"""Shared pytest fixtures: where the built binaries are (DS4_BUILD_DIR, default build/)."""
+"""Shared pytest fixtures: where the built binaries are (DS4_BUILD_DIR, default build/).
+
+Every skip is checked against tests/skip_allowlist.txt (tests/skip_allowlist.py): a skip for a
+reason the list does not allow fails the run."""
 import os
 import shutil
+import sys
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import skip_allowlist  # noqa: E402
+
+
+def pytest_configure(config):
+    skip_allowlist.pytest_configure(config)
 
 
 @pytest.fixture(scope="session")
