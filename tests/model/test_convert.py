@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -449,3 +450,113 @@ def test_fixtures_match_the_rebuilt_models(model, tmp_path):
         from make_tiny_models import build_gguf
         build_gguf(model, fresh, idx["gguf"]["quant"])
         assert fresh.read_bytes() == g.read_bytes(), "committed GGUF differs from a fresh conversion"
+
+
+# ---- what transformers' own save_pretrained writes (fixtures/save_pretrained, make_save_pretrained_fixture.py) ----
+
+SAVED = ["odd_shapes", "flash_ratios"]
+
+
+def saved_fixture(model: str) -> dict:
+    return json.loads((HERE / "fixtures" / "save_pretrained" / f"{model}.json").read_text())
+
+
+def rebuild_saved_checkpoint(model: str, out: Path) -> Path:
+    """The folder transformers' save_pretrained writes for the tiny model (config.json and the
+    tensors under their saved names, shapes and dtypes), rebuilt from the committed list: each
+    tensor's values are the state_dict tensor (or expert slab, or rows of it) the list names."""
+    fx = saved_fixture(model)
+    w = tm.build_weights(model)
+    tensors = {}
+    for name, t in fx["tensors"].items():
+        v = w[t["source"]]
+        if "expert" in t:
+            v = v[t["expert"]]
+        if "rows" in t:
+            v = v[t["rows"][0]:t["rows"][1]]
+        assert list(v.shape) == t["shape"], name
+        tensors[name] = np.ascontiguousarray(v).astype(t["dtype"])
+    out.mkdir(parents=True, exist_ok=True)
+    tm.save_safetensors(tensors, out / "model.safetensors")
+    (out / "config.json").write_text(json.dumps(fx["config"], indent=2))
+    (out / "tokenizer.json").write_text(json.dumps(tm.tokenizer_json(model), ensure_ascii=False), encoding="utf-8")
+    return out
+
+
+def gguf_tensors_and_keys(path: Path) -> tuple[dict, dict]:
+    r = gguf.GGUFReader(str(path))
+    tensors = {t.name: (t.tensor_type.name, list(map(int, t.shape)), np.asarray(t.data).tobytes()) for t in r.tensors}
+    keys = {f.name: f.contents() for f in r.fields.values() if not f.name.startswith("GGUF.")}
+    return tensors, keys
+
+
+@pytest.mark.parametrize("model", SAVED)
+def test_save_pretrained_fixture_is_current(model):
+    fx = saved_fixture(model)
+    assert fx["weights_sha256"] == tm.weights_sha256(tm.build_weights(model)), \
+        "weights changed: rerun python3 tests/model/make_save_pretrained_fixture.py"
+    names = set(fx["tensors"])
+    # what the fixture says 5.24 writes: official leaves under `model.`, head.weight, fused experts split
+    assert "head.weight" in names and "lm_head.weight" not in names
+    assert any(re.fullmatch(r"model\.layers\.\d+\.ffn\.experts\.0\.w1\.weight", n) for n in names)
+    assert not any(".self_attn." in n or ".mlp." in n for n in names)
+
+
+@pytest.mark.parametrize("model", SAVED)
+def test_save_pretrained_names_convert_to_the_same_file(model, converted, tmp_path):
+    """The checkpoint as transformers 5.24's save_pretrained writes it (committed names, shapes,
+    dtypes and config.json) converts to exactly the tensors and metadata of the transformers-named
+    checkpoint, whose logits the parity tests check against transformers."""
+    saved = rebuild_saved_checkpoint(model, tmp_path / "saved")
+    out = tmp_path / "saved.gguf"
+    p = subprocess.run([str(REPO / "tools" / "convert" / "ds4-convert"), str(saved), str(out), "--quant", "f32"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    got_t, got_k = gguf_tensors_and_keys(out)
+    want_t, want_k = gguf_tensors_and_keys(converted(model, "f32"))
+    assert got_t.keys() == want_t.keys()
+    for n in want_t:
+        assert got_t[n] == want_t[n], n
+    got_k.pop("general.name", None)
+    want_k.pop("general.name", None)
+    assert got_k == want_k
+
+
+@pytest.mark.parametrize("model", SAVED)
+def test_save_pretrained_round_trip_with_transformers(model, tmp_path):
+    """The whole round trip with the installed transformers: DeepseekV4ForCausalLM(config) holding the
+    tiny weights -> its own save_pretrained -> ds4-convert -> our engine's logits (ds4-dump-logits, QAT
+    simulation off) against that transformers model's, max |diff| / max |logit| <= 1e-4 at every
+    position of a 40-token prompt. Also: the installed version writes the committed names (same
+    version) or says what changed."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import make_save_pretrained_fixture as msp
+    build = Path(os.environ.get("DS4_BUILD_DIR", REPO / "build"))
+    dump = build / "bin" / "ds4-dump-logits"
+    if not dump.exists():
+        pytest.fail(f"{dump} not built (set DS4_BUILD_DIR to the build folder)")
+    m = msp.fresh_model(model)
+    m.save_pretrained(str(tmp_path / "saved"))
+    saved = msp.saved_tensors(tmp_path / "saved")
+    fx = saved_fixture(model)
+    layout = {k: {"shape": list(v.shape), "dtype": v.dtype.name} for k, v in saved.items()}
+    committed = {k: {"shape": t["shape"], "dtype": t["dtype"]} for k, t in fx["tensors"].items()}
+    if transformers.__version__ == fx["transformers_version"]:
+        assert layout == committed, "save_pretrained's names differ from the fixture of the same version"
+    (tmp_path / "saved" / "tokenizer.json").write_text(json.dumps(tm.tokenizer_json(model), ensure_ascii=False),
+                                                       encoding="utf-8")
+    out = tmp_path / "m.gguf"
+    p = subprocess.run([str(REPO / "tools" / "convert" / "ds4-convert"), str(tmp_path / "saved"), str(out),
+                        "--quant", "f32"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    tokens = [0] + np.random.RandomState(5).randint(2, m.config.vocab_size - 16, size=39).tolist()
+    with torch.no_grad():
+        want = m(torch.tensor([tokens]), use_cache=False).logits[0].numpy()
+    p = subprocess.run([str(dump), str(out), ",".join(map(str, tokens)), str(tmp_path / "ours.f32"), "--qat", "0",
+                        "--threads", "2"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    got = np.fromfile(tmp_path / "ours.f32", dtype=np.float32).reshape(len(tokens), -1)
+    ratio = float(np.abs(got - want).max() / np.abs(want).max())
+    print(f"{model}: save_pretrained -> ds4-convert -> ds4: max |diff| / max |logit| {ratio:.3g}")
+    assert ratio <= 1e-4

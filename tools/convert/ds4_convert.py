@@ -4,17 +4,25 @@
 Usage: ds4-convert HF_DIR OUT.gguf [--quant f32|f16|q8_0|q2|q4]
 
 Input: a folder with config.json, *.safetensors (one file or shards) and optionally tokenizer.json
-(+ tokenizer_config.json). Both tensor namings are accepted:
-  * transformers' DeepseekV4ForCausalLM names (`model.layers.N.self_attn.q_a_proj.weight`, fused
-    `mlp.experts.gate_up_proj` [E, 2I, H] and `mlp.experts.down_proj` [E, H, I]), as written by
-    save_pretrained;
-  * the official checkpoint names of docs/MODEL.md 2.4 (`layers.N.attn.wq_a.weight`, per-expert
+(+ tokenizer_config.json). Every tensor naming in use is accepted:
+  * transformers' DeepseekV4ForCausalLM module names (`model.layers.N.self_attn.q_a_proj.weight`,
+    `lm_head.weight`, fused `mlp.experts.gate_up_proj` [E, 2I, H] and `mlp.experts.down_proj`
+    [E, H, I]), as in its state_dict and as save_pretrained writes a model that was loaded from such
+    a checkpoint (`...self_attn.norm.weight` for `kv_norm`);
+  * what transformers 5.24's save_pretrained writes for a model built from a config: the official
+    leaf names under a `model.` prefix (`model.layers.N.attn.wq_a.weight`,
+    `model.layers.N.ffn.experts.X.w1.weight`, `model.layers.N.attn.norm.weight`), with
+    `model.embed_tokens.weight`, `model.hc_head.hc_fn` and `head.weight`; its config.json (nested
+    `rope_parameters` {main, compress}, every default written) is read as is;
+  * the official checkpoint names of docs/MODEL.md 2.4 (`layers.N.attn.wq_a.weight`, `embed.weight`,
+    `head.weight`, `hc_head_fn`, per-expert
     `layers.N.ffn.experts.X.w1.weight`, ...). Official FP8 e4m3 weights are dequantized with their
     `.scale` (or `.weight_scale_inv`) companion: one E8M0 (or f32) scale per 128x128 block. FP4 e2m1
     weights (stored as int8/uint8, two values per byte, low nibble first, [N, K/2]) are dequantized
     with one E8M0 scale per 32 inputs ([N, K/32]). This follows the official inference code's layout
     as seen in public copies; it has not been run on the real checkpoint here.
   * `mtp.*` tensors are skipped (the MTP block goes to its own GGUF, docs/MODEL.md 2.3).
+  A folder must use one layer naming throughout (else the converter says so).
 
 Output: GGUF v3, architecture `deepseek4`, every key of docs/MODEL.md 1.2 and the tensors of 2.1/2.2 with
 ne0 = input features (a PyTorch [out, in] weight is written as is: gguf-py reverses the numpy shape).
@@ -278,14 +286,17 @@ def hparams_from_config(cfg: dict) -> HParams:
         n_hash = int(get("num_hash_layers", "n_hash_layers", default=3))
     # rope
     rp = cfg.get("rope_parameters") or {}
-    if isinstance(rp.get("compress"), dict):
+    if isinstance(rp.get("compress"), dict):  # transformers' nested form (what save_pretrained writes)
         comp = rp["compress"]
         main = rp.get("main", {})
+        compress_theta = float(comp.get("rope_theta", get("compress_rope_theta", default=160000.0)))
     else:
+        # A flat dict is the compressed layers' scaling; their base is compress_rope_theta even when
+        # the dict also holds a rope_theta (transformers' config ignores it there, C L303-318).
         comp = dict(rp or cfg.get("rope_scaling") or {})
         main = {}
+        compress_theta = float(get("compress_rope_theta", default=160000.0))
     rope_theta = float(main.get("rope_theta", get("rope_theta", default=10000.0)))
-    compress_theta = float(comp.get("rope_theta", get("compress_rope_theta", default=160000.0)))
     rtype = comp.get("rope_type", comp.get("type", "default"))
     if "rope_factor" in cfg:  # official ModelArgs
         rtype = "yarn"
@@ -352,17 +363,49 @@ class Plan:
     part: str = ""     # experts from a fused gate_up: "gate" | "up"
 
 
-def _detect_naming(names) -> str:
-    if any(n.startswith("model.layers.") or n == "model.embed_tokens.weight" for n in names):
-        return "hf"
-    if any(n.startswith("layers.") or n == "embed.weight" for n in names):
-        return "official"
-    raise ConvertError("unrecognised tensor names (neither transformers nor official DeepSeek V4)")
+_LAYER_NAMING = re.compile(r"^(model\.)?layers\.\d+\.(self_attn|mlp|attn|ffn|input_layernorm|attn_norm)\.")
+
+
+def _detect_naming(names) -> tuple[str, str]:
+    """(naming of the layer tensors, prefix before `layers.N.`). The layers are named either as
+    transformers' modules (`self_attn.q_a_proj`, `mlp.experts.gate_up_proj`: "hf") or as the
+    official checkpoint (`attn.wq_a`, `ffn.experts.X.w1`: "official"), with or without a `model.`
+    prefix: the official checkpoint has none; transformers' state_dict has one, and so has what its
+    save_pretrained writes, in either naming (5.24 writes the official leaves under `model.` when
+    the model was not loaded from a transformers-named checkpoint, see docs/TRANSFORMERS_NOTES.md
+    D13)."""
+    kinds, prefixes = set(), set()
+    for n in names:
+        m = _LAYER_NAMING.match(n)
+        if m:
+            prefixes.add(m.group(1) or "")
+            kinds.add("hf" if m.group(2) in ("self_attn", "mlp", "input_layernorm") else "official")
+    if not kinds:
+        raise ConvertError("unrecognised tensor names (neither transformers nor official DeepSeek V4): "
+                           "no `layers.N.` tensors")
+    if len(kinds) > 1 or len(prefixes) > 1:
+        raise ConvertError("mixed tensor namings: layers named both as transformers' modules and as the "
+                           "official checkpoint, or both with and without the `model.` prefix")
+    return kinds.pop(), prefixes.pop()
+
+
+# The model-level tensors, in every spelling in use: transformers' state_dict, what its
+# save_pretrained writes (it reverts only the renamings anchored at the start of a name, so under
+# `model.` the embedding and the HC head keep transformers' names while the LM head, outside
+# `model.`, becomes `head.weight`), and the official checkpoint.
+_TOP_LEVEL = {
+    "token_embd.weight": ("model.embed_tokens.weight", "embed.weight", "model.embed.weight", "embed_tokens.weight"),
+    "output.weight": ("lm_head.weight", "head.weight", "model.head.weight", "model.lm_head.weight"),
+    "output_hc_fn.weight": ("model.hc_head.hc_fn", "hc_head_fn", "model.hc_head_fn", "hc_head.hc_fn"),
+    "output_hc_scale.weight": ("model.hc_head.hc_scale", "hc_head_scale", "model.hc_head_scale", "hc_head.hc_scale"),
+    "output_hc_base.weight": ("model.hc_head.hc_base", "hc_head_base", "model.hc_head_base", "hc_head.hc_base"),
+    "output_norm.weight": ("model.norm.weight", "norm.weight"),
+}
 
 
 def build_plan(st: SafetensorsDir, hp: HParams) -> list[Plan]:
     names = set(st.names())
-    naming = _detect_naming(names)
+    naming, prefix = _detect_naming(names)
     H, V, L = hp.hidden, hp.vocab, hp.n_layers
     hc, mix = hp.hc, (2 + hp.hc) * hp.hc
     plans: list[Plan] = []
@@ -390,22 +433,28 @@ def build_plan(st: SafetensorsDir, hp: HParams) -> list[Plan]:
             if cand in names:
                 return cand
         return cands[0]
-    add("token_embd.weight", "model.embed_tokens.weight" if hfn else "embed.weight", (V, H))
-    lm = "lm_head.weight" if hfn else "head.weight"
-    if lm not in names:
-        raise ConvertError(f"missing {lm} (tied embeddings are not supported: ds4 has a separate head)")
-    add("output_hc_fn.weight", "model.hc_head.hc_fn" if hfn else "hc_head_fn", (hc, hc * H))
-    add("output_hc_scale.weight", "model.hc_head.hc_scale" if hfn else "hc_head_scale", (1,))
-    add("output_hc_base.weight", "model.hc_head.hc_base" if hfn else "hc_head_base", (hc,))
-    add("output_norm.weight", "model.norm.weight" if hfn else "norm.weight", (H,))
-    add("output.weight", lm, (V, H))
+    def top(gguf_name):
+        cands = _TOP_LEVEL[gguf_name]
+        for cand in cands:
+            if cand in names:
+                return cand
+        if gguf_name == "output.weight":
+            raise ConvertError("missing the LM head (lm_head.weight or head.weight): tied embeddings are not "
+                               "supported, ds4 has a separate head")
+        raise ConvertError(f"missing tensor {' or '.join(cands)} (for {gguf_name})")
+    add("token_embd.weight", top("token_embd.weight"), (V, H))
+    add("output_hc_fn.weight", top("output_hc_fn.weight"), (hc, hc * H))
+    add("output_hc_scale.weight", top("output_hc_scale.weight"), (1,))
+    add("output_hc_base.weight", top("output_hc_base.weight"), (hc,))
+    add("output_norm.weight", top("output_norm.weight"), (H,))
+    add("output.weight", top("output.weight"), (V, H))
 
     for i in range(L):
         r = hp.ratios[i]
         coff = 2 if r == 4 else 1
         b = f"blk.{i}."
+        p = f"{prefix}layers.{i}."
         if hfn:
-            p = f"model.layers.{i}."
             a, c, x, m = p + "self_attn.", p + "self_attn.compressor.", p + "self_attn.compressor.indexer.", p + "mlp."
             N = {"hc_attn_fn": p + "attn_hc.fn", "hc_attn_scale": p + "attn_hc.scale",
                  "hc_attn_base": p + "attn_hc.base", "attn_norm": p + "input_layernorm.weight",
@@ -428,21 +477,22 @@ def build_plan(st: SafetensorsDir, hp: HParams) -> list[Plan]:
                  "ffn_up_shexp": m + "shared_experts.up_proj.weight",
                  "ffn_down_shexp": m + "shared_experts.down_proj.weight"}
         else:
-            p = f"layers.{i}."
             a, c, x, m = p + "attn.", p + "attn.compressor.", p + "attn.indexer.", p + "ffn."
             N = {"hc_attn_fn": p + "hc_attn_fn", "hc_attn_scale": p + "hc_attn_scale",
                  "hc_attn_base": p + "hc_attn_base", "attn_norm": p + "attn_norm.weight",
                  "attn_q_a": a + "wq_a.weight", "attn_q_a_norm": a + "q_norm.weight",
                  "attn_q_b": a + "wq_b.weight", "attn_kv": a + "wkv.weight",
-                 "attn_kv_a_norm": a + "kv_norm.weight", "attn_sinks": a + "attn_sink",
+                 # official: `attn.kv_norm`; save_pretrained writes `attn.norm` (D13)
+                 "attn_kv_a_norm": pick(a + "kv_norm.weight", a + "norm.weight"), "attn_sinks": a + "attn_sink",
                  "attn_output_a": a + "wo_a.weight", "attn_output_b": a + "wo_b.weight",
                  "attn_compressor_ape": c + "ape", "attn_compressor_kv": c + "wkv.weight",
-                 "attn_compressor_gate": c + "wgate.weight", "attn_compressor_norm": c + "norm.weight",
+                 "attn_compressor_gate": c + "wgate.weight",
+                 "attn_compressor_norm": pick(c + "norm.weight", c + "kv_norm.weight"),
                  "indexer.attn_q_b": x + "wq_b.weight", "indexer.proj": x + "weights_proj.weight",
                  "indexer_compressor_ape": x + "compressor.ape",
                  "indexer_compressor_kv": x + "compressor.wkv.weight",
                  "indexer_compressor_gate": x + "compressor.wgate.weight",
-                 "indexer_compressor_norm": x + "compressor.norm.weight",
+                 "indexer_compressor_norm": pick(x + "compressor.norm.weight", x + "compressor.kv_norm.weight"),
                  "hc_ffn_fn": p + "hc_ffn_fn", "hc_ffn_scale": p + "hc_ffn_scale",
                  "hc_ffn_base": p + "hc_ffn_base", "ffn_norm": p + "ffn_norm.weight",
                  "ffn_gate_inp": m + "gate.weight", "exp_probs_b": m + "gate.bias",
@@ -917,7 +967,14 @@ def convert(hf_dir: Path, out: Path, quant: str = "f32", name: str | None = None
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="ds4-convert", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="ds4-convert", description=__doc__.split("\n\n")[0],
+        epilog="Tensor names accepted: transformers' module names (state_dict, or save_pretrained of a "
+               "model loaded from such a checkpoint: model.layers.N.self_attn.*, lm_head.weight); what "
+               "transformers' save_pretrained writes for a model built from a config (official leaves "
+               "under model.: model.layers.N.attn.wq_a.weight, model.layers.N.ffn.experts.X.w1.weight, "
+               "head.weight); the official checkpoint (layers.N.attn.*, embed.weight, head.weight, FP8/FP4 "
+               "with their scales). mtp.* is skipped.")
     ap.add_argument("hf_dir", type=Path, help="folder with config.json and *.safetensors")
     ap.add_argument("out", type=Path, help="output .gguf")
     ap.add_argument("--quant", default="f16", choices=QUANTS)
