@@ -308,6 +308,214 @@ def run_oracle(name: str, log=print) -> dict:
     return index
 
 
+# `_long` models: a selection whose two sides (the k-th and the (k+1)-th score) are closer than
+# this, relative to the largest |score| of that selection, is a near-tie: an f32 engine whose scores
+# differ from transformers' by ~1e-6 relative (the logits do, at the end of the model) may pick the
+# other row or expert, and one swapped row of the 512 moves that position's logits by ~1e-3. The
+# logits at such a position are not stored (index.json lists it and its gaps); elsewhere a tie
+# cannot reach the stored rows, because the model's only selections are in its last layer
+# (tiny_models.py, long_ctx).
+MIN_RELATIVE_SELECTION_GAP = 1e-5
+
+
+@contextlib.contextmanager
+def selection_margins(out: dict):
+    """Records, per query position of one uncached forward pass, the gap at the top-k boundary of
+    the non-hash router and of the indexer (absolute, and the largest |score| it is relative to).
+    A `_long` model has one layer with each, so one record each."""
+    import torch
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as M
+
+    saved = (M.DeepseekV4TopKRouter.forward, M.DeepseekV4Indexer.forward, M.DeepseekV4IndexerScorer.forward)
+    orig_router, orig_indexer, orig_scorer = saved
+    stash = {}
+
+    def router_forward(self, hidden_states):
+        logits, weights, idx = orig_router(self, hidden_states)
+        s = self.score_fn(logits) + self.e_score_correction_bias
+        top = torch.topk(s, self.top_k + 1, dim=-1).values
+        if "router" in out:
+            raise SystemExit("more than one non-hash router layer")
+        out["router"] = ((top[:, self.top_k - 1] - top[:, self.top_k]).numpy().astype(np.float64),
+                         s.abs().amax(-1).numpy().astype(np.float64))
+        return logits, weights, idx
+
+    def scorer_forward(self, q, compressed_kv, hidden_states):
+        stash["scores"] = orig_scorer(self, q, compressed_kv, hidden_states)
+        return stash["scores"]
+
+    def indexer_forward(self, hidden_states, q_residual, position_ids, cache, layer_idx):
+        idx = orig_indexer(self, hidden_states, q_residual, position_ids, cache, layer_idx)
+        scores = stash["scores"][0]                                   # [S, T]
+        visible = (position_ids[0] + 1) // self.compress_rate         # [S]
+        T, k = scores.shape[-1], self.index_topk
+        future = torch.arange(T)[None, :] >= visible[:, None]
+        gap = np.full(scores.shape[0], np.inf)
+        if T > k:
+            top = scores.masked_fill(future, float("-inf")).topk(k + 1, dim=-1).values
+            g = (top[:, k - 1] - top[:, k]).numpy().astype(np.float64)
+            sel = (visible > k).numpy()                               # queries that really choose
+            gap[sel] = g[sel]
+        mag = scores.masked_fill(future, 0.0).abs().amax(-1).numpy().astype(np.float64)
+        if "indexer" in out:
+            raise SystemExit("more than one indexer layer")
+        out["indexer"] = (gap, mag, visible.numpy())
+        return idx
+
+    M.DeepseekV4TopKRouter.forward = router_forward
+    M.DeepseekV4Indexer.forward = indexer_forward
+    M.DeepseekV4IndexerScorer.forward = scorer_forward
+    try:
+        yield
+    finally:
+        M.DeepseekV4TopKRouter.forward, M.DeepseekV4Indexer.forward, M.DeepseekV4IndexerScorer.forward = saved
+
+
+def run_long_oracle(name: str, log=print) -> dict:
+    """Fixtures of a `_long` model: its one prompt evaluated by transformers in one uncached forward;
+    the logits at tm.long_positions() as full float32 rows (<prompt>.rows.f32, [positions, vocab],
+    little-endian; 192 x 512 x 4 = 393 kB for long_ctx: full rows keep the same max-relative
+    comparison as the other fixtures, and f16 would round at 5e-4 relative, 100x coarser than the
+    bound), the selection margins at every position, and transformers' own cached paths against
+    the uncached one."""
+    import torch
+    import transformers
+    from transformers import DeepseekV4ForCausalLM
+
+    torch.manual_seed(0)
+    spec = tm.MODELS[name]
+    fdir = tm.fixture_dir(name)
+    if fdir.exists():
+        for f in fdir.iterdir():
+            f.unlink()
+    fdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    (pname, tokens), = tm.prompt_tokens(name).items()
+    positions = tm.long_positions(name, len(tokens))
+    ids = torch.tensor([tokens])
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_dir = tm.write_hf_dir(name, Path(tmp) / "hf")
+        weights = tm.build_weights(name)
+        model, info = DeepseekV4ForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32,
+                                                            output_loading_info=True)
+        bad = {k: v for k, v in info.items() if v}
+        if bad:
+            raise SystemExit(f"{name}: transformers did not load the checkpoint cleanly: {bad}")
+        model.eval()
+        sd = model.state_dict()
+        for k, v in weights.items():
+            if not np.array_equal(sd[k].numpy(), v):
+                raise SystemExit(f"{name}: {k} changed on load")
+        g = fdir / "model-f32.gguf"
+        ds4_convert.convert(hf_dir, g, "f32", name=f"ds4cpp tiny {name}", log=lambda m: None)
+        gguf_entry = None
+        if g.stat().st_size <= MAX_COMMITTED_GGUF:
+            gguf_entry = {"file": g.name, "quant": "f32", "bytes": g.stat().st_size, "sha256": tm.sha256_file(g)}
+        else:
+            g.unlink()
+
+    def forward_rows(m, **kw):
+        with torch.no_grad():
+            return m(ids, use_cache=False, **kw).logits[0].numpy()
+
+    margins: dict = {}
+    with selection_margins(margins):
+        full = forward_rows(model)
+    log(f"{name}: uncached forward of {len(tokens)} tokens in {time.time() - t0:.0f}s")
+    # selection margins; positions whose selection is a near-tie are not stored (listed instead)
+    r_gap, r_mag = margins["router"]
+    i_gap, i_mag, visible = margins["indexer"]
+    r_rel, i_rel = r_gap / r_mag, i_gap / np.maximum(i_mag, 1e-30)
+    near_tie = (r_rel < MIN_RELATIVE_SELECTION_GAP) | (i_rel < MIN_RELATIVE_SELECTION_GAP)
+    left_out = [{"position": int(p), "router": float(r_rel[p]), "indexer": float(i_rel[p])}
+                for p in positions if near_tie[p]]
+    positions = [p for p in positions if not near_tie[p]]
+    if left_out:
+        log(f"{name}: near-ties at {left_out}: not stored")
+    rows = full[positions].astype(np.float32)
+    ref_max = float(np.abs(rows).max())
+    pos = np.array(positions)
+    choosing = pos[visible[pos] > spec["index_topk"]]
+
+    # transformers against itself: prefill in chunks with the cache, and prefill then decode
+    def cached(chunks):
+        out, cache, at = {}, None, 0
+        with torch.no_grad():
+            for n in chunks:
+                o = model(ids[:, at:at + n], cache=cache, use_cache=True)
+                cache = o.cache
+                lg = o.logits[0].numpy()
+                for j in range(n):
+                    out[at + j] = lg[j]
+                at += n
+        return out
+
+    def diff(got: dict):
+        common = [p for p in positions if p in got]
+        return float(max(np.abs(got[p] - full[p]).max() for p in common)) / ref_max, len(common)
+
+    self_checks = {}
+    chunked = [1000] * (len(tokens) // 1000) + ([len(tokens) % 1000] if len(tokens) % 1000 else [])
+    self_checks["prefill_in_chunks_of_1000_with_cache"] = diff(cached(chunked))
+    for lo, hi in spec["_long"]["around"][2:4]:  # decode token by token across 2048 and 4096
+        self_checks[f"prefill_{lo}_then_decode_to_{hi}"] = diff(cached([lo] + [1] * (hi - lo)))
+    log(f"{name}: cached paths {self_checks} ({time.time() - t0:.0f}s)")
+
+    # what one boundary off would do (each, to the logits at the stored positions after it)
+    sensitivity = {}
+    for key, val, after in (("sliding_window", spec["sliding_window"] - 1, spec["sliding_window"] - 1),
+                            ("index_topk", spec["index_topk"] - 1, 4 * spec["index_topk"])):
+        cfg = model.config.to_dict()
+        cfg[key] = val
+        other = DeepseekV4ForCausalLM(type(model.config).from_dict(cfg)).eval()
+        other.load_state_dict(model.state_dict())
+        o = forward_rows(other)
+        later = [p for p in positions if p >= after]
+        sensitivity[f"{key}={val}"] = {"from_position": after, "max_relative_deviation":
+                                       float(np.abs(o[later] - full[later]).max()) / ref_max}
+    log(f"{name}: sensitivity {sensitivity} ({time.time() - t0:.0f}s)")
+
+    f = f"{pname}.rows.f32"
+    rows.astype("<f4").tofile(fdir / f)
+    entry = {"name": pname, "tokens": list(map(int, tokens)), "n_prompt": len(tokens), "generated": [],
+             "rows": len(positions), "full_row_positions": positions,
+             "files": {"full_rows": {"file": f, "sha256": tm.sha256_file(fdir / f), "dtype": "float32-le",
+                                     "shape": [len(positions), int(rows.shape[1])]}},
+             "logits_abs_max": ref_max, "logits_std": float(rows.std()),
+             "transformers_self_consistency_max_relative_deviation": {k: v[0] for k, v in self_checks.items()},
+             "selection_margins": {
+                 "definition": "gap between the k-th and (k+1)-th score of a top-k selection, divided by the "
+                               "largest |score| of that selection; router: last layer, k = experts per token; "
+                               "indexer: layer with ratio 4, k = index_topk, only queries that see more than "
+                               "k compressed rows",
+                 "indexer_queries_choosing": int((visible > spec["index_topk"]).sum()),
+                 "stored_positions_where_the_indexer_chooses": len(choosing),
+                 "router_min_at_stored_positions": float(r_rel[pos].min()),
+                 "indexer_min_at_stored_positions": float(i_rel[choosing].min()) if len(choosing) else None,
+                 "router_min_anywhere": float(r_rel.min()), "indexer_min_anywhere": float(i_rel.min()),
+                 "router_positions_below_threshold": int((r_rel < MIN_RELATIVE_SELECTION_GAP).sum()),
+                 "indexer_positions_below_threshold": int((i_rel < MIN_RELATIVE_SELECTION_GAP).sum()),
+                 "threshold": MIN_RELATIVE_SELECTION_GAP,
+                 "near_ties_left_out": left_out,
+                 "router_at_stored_positions": [float(x) for x in r_rel[pos]],
+                 "indexer_at_stored_positions": [None if not np.isfinite(x) else float(x) for x in i_rel[pos]]},
+             "boundary_sensitivity": sensitivity}
+    schedule = [{"layer": i, "type": lt, "ratio": model.config.compress_rates.get(lt, 0) if lt != tm.S else 0,
+                 "mlp": model.config.mlp_layer_types[i]} for i, lt in enumerate(model.config.layer_types)]
+    index = {
+        "format": 1, "model": name, "generator": "tests/model/make_tiny_models.py --oracle",
+        "oracle": "transformers DeepseekV4ForCausalLM, float32, eager attention, use_cache=False, one forward "
+                  "over the whole prompt",
+        "transformers_version": transformers.__version__, "torch_version": torch.__version__,
+        "numpy_version": np.__version__, "weights_sha256": tm.weights_sha256(weights),
+        "config": tm.hf_config(name), "schedule": schedule, "vocab_size": int(rows.shape[1]), "n_greedy": 0,
+        "rounding": "none: transformers applies no FP8 KV-row or Hadamard+FP4 indexer simulation",
+        "gguf": gguf_entry, "prompts": [entry], "seconds": round(time.time() - t0, 1),
+    }
+    (fdir / "index.json").write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return index
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(tm.MODELS), help="comma-separated subset")
@@ -327,7 +535,12 @@ def main() -> int:
         t0 = time.time()
         if args.train and tm.MODELS[n].get("_trained"):
             print(f"{n}: trained weights in {train(n)}")
-        if args.oracle:
+        if args.oracle and tm.MODELS[n].get("_long"):
+            idx = run_long_oracle(n)
+            p = idx["prompts"][0]
+            print(f"{n}: fixtures in {time.time() - t0:.1f}s; {p['rows']} rows; margins "
+                  f"{ {k: v for k, v in p['selection_margins'].items() if not isinstance(v, (list, str))} }")
+        elif args.oracle:
             idx = run_oracle(n)
             cov = idx["coverage_total"]
             print(f"{n}: fixtures in {time.time() - t0:.1f}s; coverage {json.dumps(cov)}")

@@ -125,7 +125,42 @@ MODELS["trained_ratios"] = dict(
     _trained=dict(steps=250, batch=8, seq=160, lr=3e-3, torch_seed=0, data_seed=7, dtype="float16"),
     _prompts={"chain": ("chain", 144)})
 
+# Long context at the real attention geometry: window 128, ratios 4 and 128, indexer top-512, so
+# that the window first drops a row at position 128, the first ratio-128 row appears at 127 and
+# the indexer starts choosing at 2051 (513 ratio-4 rows visible); one 8192-token prompt. The width
+# is tiny (hidden 64, 2 heads of 64) so that transformers runs the whole prompt in one forward.
+# Layer order S, HCA, CSA with hash routing on the first two layers: the only top-k selections
+# (the CSA layer's indexer and the last layer's router) are in the last layer, so a near-tie at
+# one position changes that position's logits only (a layer's KV rows are computed from its
+# input, before its own selections) and the fixture can state the selection margins exactly at
+# the positions it stores (make_tiny_models.py, `_long`). Only a subset of positions is stored:
+# every 64th and every position around the boundaries 128, 2048, 4096 and the end, less those
+# whose selection is a near-tie. 16 indexer heads: with 4, a compressed row whose ReLU'd dot
+# products are all 0 scores exactly 0, and around position 4096 (top-512 of 1024 rows, the
+# median) the top-k boundary fell on such exact ties at 7 of the stored positions.
+MODELS["long_ctx"] = dict(
+    vocab_size=512, hidden_size=64, num_hidden_layers=3, num_attention_heads=2, head_dim=64,
+    partial_rotary_factor=0.5, q_lora_rank=32, o_groups=2, o_lora_rank=16,
+    n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, sliding_window=128,
+    layer_types=[S, HCA, CSA], mlp_layer_types=["hash_moe", "hash_moe", "moe"],
+    compress_rates={CSA: 4, HCA: 128}, index_n_heads=16, index_head_dim=64, index_topk=512,
+    rope_theta=10000.0, compress_rope_theta=160000.0, max_position_embeddings=1048576,
+    rope_parameters=dict(FLASH_YARN), swiglu_limit=10.0, routed_scaling_factor=1.5,
+    _seed=1008, _expert_gain=1.0, _shared_gain=1.0,
+    _long=dict(every=64, around=[(0, 4), (120, 136), (2040, 2060), (4088, 4104), (8180, 8192)]),
+    _prompts={"long": 8192})
+
 N_GREEDY = 16
+
+
+def long_positions(name: str, n_tokens: int) -> list[int]:
+    """The positions whose logits a `_long` model's fixture stores: every `every`-th position
+    (63, 127, ...), and every position of the `around` ranges [lo, hi)."""
+    lg = MODELS[name]["_long"]
+    pos = set(range(lg["every"] - 1, n_tokens, lg["every"]))
+    for lo, hi in lg["around"]:
+        pos.update(range(lo, min(hi, n_tokens)))
+    return sorted(pos)
 
 
 def hf_config(name: str) -> dict:

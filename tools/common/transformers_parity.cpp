@@ -72,26 +72,46 @@ void check_prompt(runtime::Model &model, const std::string &dir, const nlohmann:
 
     runtime::SessionOptions so{.ctx = static_cast<uint32_t>(tokens.size() + 1), .chunk = 1};
     so.forward.qat_sim = opts.qat_sim;
-    runtime::Session s(model, so);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-        const auto &logits = s.eval(std::span(tokens).subspan(i, 1));
-        if (row_of[i] != SIZE_MAX) {
-            const float *ref = expect.data() + row_of[i] * V;
-            for (uint32_t v = 0; v < V; ++v) {
-                r.max_abs_diff = std::max(r.max_abs_diff, double(std::fabs(logits[v] - ref[v])));
-                r.max_abs_ref = std::max(r.max_abs_ref, double(std::fabs(ref[v])));
-            }
-            r.top1_same += runtime::argmax(logits) == std::max_element(ref, ref + V) - ref;
-            ++r.rows_compared;
+    auto compare = [&](size_t pos, const std::vector<float> &logits) {
+        const float *ref = expect.data() + row_of[pos] * V;
+        double row_max = 0;
+        for (uint32_t v = 0; v < V; ++v) {
+            row_max = std::max(row_max, double(std::fabs(logits[v] - ref[v])));
+            r.max_abs_ref = std::max(r.max_abs_ref, double(std::fabs(ref[v])));
         }
-        // The token after position i is the argmax of our logits there.
-        if (i + 1 >= n_prompt && i + 1 - n_prompt < generated.size()) {
-            const size_t step = i + 1 - n_prompt;
-            const int32_t ours = runtime::argmax(logits);
-            ++r.greedy_steps;
-            if (opts.exact && ours != generated[step])
-                r.problems.push_back(fmt::format("{}: greedy step {}: ours {}, transformers {}",
-                                                 pname, step, ours, generated[step]));
+        if (row_max > r.max_abs_diff || r.rows_compared == 0) r.worst_position = pos;
+        r.max_abs_diff = std::max(r.max_abs_diff, row_max);
+        r.row_diffs.emplace_back(pos, row_max);
+        r.top1_same += runtime::argmax(logits) == std::max_element(ref, ref + V) - ref;
+        ++r.rows_compared;
+    };
+    if (opts.chunk > 1 && !all_rows && generated.empty()) {
+        // Batches up to each stored position: the logits after a batch are those of its last token.
+        runtime::SessionOptions sb = so;
+        sb.chunk = opts.chunk;
+        runtime::Session s(model, sb);
+        size_t done = 0;
+        for (size_t i = 0; i < tokens.size(); ++i) {
+            if (row_of[i] == SIZE_MAX) continue;
+            compare(i, s.eval(std::span(tokens).subspan(done, i + 1 - done)));
+            done = i + 1;
+        }
+        return;
+    }
+    {
+        runtime::Session s(model, so);
+        for (size_t i = 0; i < tokens.size(); ++i) {
+            const auto &logits = s.eval(std::span(tokens).subspan(i, 1));
+            if (row_of[i] != SIZE_MAX) compare(i, logits);
+            // The token after position i is the argmax of our logits there.
+            if (i + 1 >= n_prompt && i + 1 - n_prompt < generated.size()) {
+                const size_t step = i + 1 - n_prompt;
+                const int32_t ours = runtime::argmax(logits);
+                ++r.greedy_steps;
+                if (opts.exact && ours != generated[step])
+                    r.problems.push_back(fmt::format("{}: greedy step {}: ours {}, transformers {}",
+                                                     pname, step, ours, generated[step]));
+            }
         }
     }
     // Batched prefill of the prompt ends on exactly the logits of token-by-token evaluation.
