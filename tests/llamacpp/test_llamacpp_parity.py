@@ -61,8 +61,8 @@ def _llama_import_error() -> str:
 LLAMA_IMPORT_ERROR = _llama_import_error()
 needs_llama = pytest.mark.skipif(
     bool(LLAMA_IMPORT_ERROR),
-    reason=f"llama_cpp is not importable ({LLAMA_IMPORT_ERROR}): pip install llama-cpp-python (a release "
-           "bundling llama.cpp's deepseek4 architecture, e.g. 0.3.36; building it takes ~15 min)")
+    reason=f"llama_cpp is not importable ({LLAMA_IMPORT_ERROR}): scripts/setup.sh builds llama-cpp-python "
+           "0.3.36 (the release bundling llama.cpp's deepseek4 architecture)")
 
 # ds4-mkmodel's tiny preset, changed only where llama.cpp cannot follow (see the docstring); 16
 # indexer heads also make an all-zero indexer score (every head's ReLU at 0: a tie that llama.cpp
