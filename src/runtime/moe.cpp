@@ -6,69 +6,40 @@
 #include <numeric>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/routing.h"
 #include "backend/cpu/vector_ops.h"
 #include "common/error.h"
 
 namespace ds4::runtime {
 
-using backend::cpu::silu;
-
 Routing route(ForwardContext &ctx, uint32_t il, const float *logits, int32_t token) {
     const model::HParams &hp = ctx.hp;
     const model::LayerWeights &L = ctx.w.layers[il];
-    std::vector<float> prob(hp.n_expert);
-    for (uint32_t e = 0; e < hp.n_expert; ++e)
-        prob[e] = std::sqrt(backend::cpu::softplus(logits[e]));
-
-    Routing r;
+    const int32_t *hash_ids = nullptr;
     if (L.tid2eid) {
         if (token < 0 || static_cast<uint64_t>(token) >= L.tid2eid->ne[1])
             throw Error("token id " + std::to_string(token) + " outside the hash routing table");
-        const auto *ids =
+        hash_ids =
             reinterpret_cast<const int32_t *>(L.tid2eid->data) + size_t(token) * hp.n_expert_used;
-        for (uint32_t i = 0; i < hp.n_expert_used; ++i) {
-            if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= hp.n_expert)
+        for (uint32_t i = 0; i < hp.n_expert_used; ++i)
+            if (hash_ids[i] < 0 || static_cast<uint32_t>(hash_ids[i]) >= hp.n_expert)
                 throw Error("hash routing table of layer " + std::to_string(il) + " names expert " +
-                            std::to_string(ids[i]));
-            r.experts.push_back(static_cast<uint32_t>(ids[i]));
-        }
-    } else {
-        // Top-k of prob + bias (the bias only selects), descending, ties to the lower expert.
-        std::vector<float> biased(prob);
-        if (L.exp_probs_b) {
-            const auto *b = reinterpret_cast<const float *>(L.exp_probs_b->data);
-            for (uint32_t e = 0; e < hp.n_expert; ++e) biased[e] += b[e];
-        }
-        std::vector<uint32_t> idx(hp.n_expert);
-        std::iota(idx.begin(), idx.end(), 0u);
-        std::partial_sort(idx.begin(), idx.begin() + hp.n_expert_used, idx.end(),
-                          [&](uint32_t a, uint32_t b) {
-                              return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
-                          });
-        r.experts.assign(idx.begin(), idx.begin() + hp.n_expert_used);
+                            std::to_string(hash_ids[i]));
     }
-    // Weights: unbiased probabilities, normalised in selection order, times the routed scale.
-    float sum = 0.0f;
-    for (uint32_t e : r.experts) {
-        r.weights.push_back(prob[e]);
-        sum += prob[e];
-    }
-    const float denom = hp.expert_weights_norm ? std::max(sum, 6.103515625e-5f) : 1.0f;
-    for (auto &w : r.weights) w = w / denom * hp.expert_weights_scale;
+    const backend::cpu::RouteParams params{
+        .n_expert = hp.n_expert,
+        .n_used = hp.n_expert_used,
+        .bias = L.exp_probs_b ? reinterpret_cast<const float *>(L.exp_probs_b->data) : nullptr,
+        .normalize = hp.expert_weights_norm,
+        .scale = hp.expert_weights_scale};
+    Routing r;
+    r.experts.resize(hp.n_expert_used);
+    r.weights.resize(hp.n_expert_used);
+    backend::cpu::route_experts(logits, params, hash_ids, r.experts.data(), r.weights.data());
     return r;
 }
 
 namespace {
-
-// g <- silu(min(g, c)) * clamp(u, -c, c) * weight, with no clamp when c <= 1e-6.
-void swiglu(float *g, const float *u, size_t n, float clamp, float weight) {
-    const bool on = clamp > 1e-6f;
-    for (size_t i = 0; i < n; ++i) {
-        const float gi = on ? std::min(g[i], clamp) : g[i];
-        const float ui = on ? std::clamp(u[i], -clamp, clamp) : u[i];
-        g[i] = silu(gi) * ui * weight;
-    }
-}
 
 // The rows of `all` (one per token) that an expert's users name, in their order: `all` itself
 // when that is every row in order (decode), else a copy into `buffer`.
@@ -131,8 +102,8 @@ void moe_batch(ForwardContext &ctx, uint32_t il, const float *XN,
         const bool weight_after_down = ctx.opts.llama_cpp_rounding;
         auto route_weight = [&](int64_t j) { return routes[who[j].first].weights[who[j].second]; };
         for (int64_t j = 0; j < m; ++j)
-            swiglu(G.data() + j * F, U.data() + j * F, F, clamp,
-                   weight_after_down ? 1.0f : route_weight(j));
+            backend::cpu::swiglu_clamped(G.data() + j * F, U.data() + j * F, F, clamp,
+                                         weight_after_down ? 1.0f : route_weight(j));
         ctx.matmul(type_d, b.down, E, F, G.data(), m, D.data());
         for (int64_t j = 0; j < m; ++j) {
             float *out = slot_out.data() + (who[j].first * K + who[j].second) * E;
@@ -145,7 +116,8 @@ void moe_batch(ForwardContext &ctx, uint32_t il, const float *XN,
     std::vector<float> SG(n * FS), SU(n * FS), SD(n * E);
     ctx.linear(L.ffn_gate_shexp, XN, SG.data(), n);
     ctx.linear(L.ffn_up_shexp, XN, SU.data(), n);
-    for (int64_t t = 0; t < n; ++t) swiglu(SG.data() + t * FS, SU.data() + t * FS, FS, clamp, 1.0f);
+    for (int64_t t = 0; t < n; ++t)
+        backend::cpu::swiglu_clamped(SG.data() + t * FS, SU.data() + t * FS, FS, clamp, 1.0f);
     ctx.linear(L.ffn_down_shexp, SG.data(), SD.data(), n);
     for (int64_t t = 0; t < n; ++t) {
         float *y = Y + t * E;

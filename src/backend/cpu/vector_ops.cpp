@@ -1,5 +1,6 @@
 #include "backend/cpu/vector_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "quant/kernels_ref.h"
@@ -28,6 +29,15 @@ float softplus(float z) {
     if (z > 20.0f) return z;
     if (z < -20.0f) return std::exp(z);
     return std::log1p(std::exp(z));
+}
+
+void swiglu_clamped(float *g, const float *u, int64_t n, float clamp, float weight) {
+    const bool on = clamp > 1e-6f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float gi = on ? std::min(g[i], clamp) : g[i];
+        const float ui = on ? std::clamp(u[i], -clamp, clamp) : u[i];
+        g[i] = silu(gi) * ui * weight;
+    }
 }
 
 float round_to_f16(float x) {

@@ -1,5 +1,6 @@
 #pragma once
-// Small per-vector operations of the model (docs/MODEL.md 4.0), the CPU reference for their GPU twins.
+// Small per-vector operations of the model (docs/MODEL.md 4.0), the CPU reference for their GPU
+// twins.
 #include <cstdint>
 
 namespace ds4::backend::cpu {
@@ -11,6 +12,10 @@ float silu(float x);
 // softplus as the reference computes it: z > 20 -> z, z < -20 -> e^z, else log1p(e^z).
 float softplus(float z);
 float sigmoid(float z);
+
+// The experts' clamped SwiGLU, in place: g <- silu(min(g, c)) * clamp(u, -c, c) * weight, with
+// no clamp when c <= 1e-6.
+void swiglu_clamped(float *g, const float *u, int64_t n, float clamp, float weight);
 
 // IEEE binary16 round trip (round to nearest even).
 float round_to_f16(float x);
