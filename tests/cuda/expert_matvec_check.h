@@ -4,7 +4,8 @@
 // expert's row within the float-reassociation bound of its terms, 2 * n_blocks * eps * sum|term|
 // (each summation order errs by at most (n_blocks - 1) eps sum|term|; the slack covers a fused
 // multiply-add inside a term); outputs are poisoned with NaN before each launch; two launches
-// give the same bits.
+// give the same bits. The activation is one row shared by all slots, or (per_slot) one row for
+// each slot.
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -20,11 +21,12 @@ namespace ds4::cuda::test {
 // row's dot with the activation blocks xb.
 template <class Launch, class AbsTerms>
 void check_expert_matvec(GgmlType type, const std::vector<uint8_t> &w, int64_t n_rows, int64_t k,
-                         uint64_t seed, Launch &&launch, AbsTerms &&abs_terms) {
-    const auto x = random_floats(k, seed, 2.0f);
+                         uint64_t seed, bool per_slot, Launch &&launch, AbsTerms &&abs_terms) {
+    const std::vector<int32_t> ids = {3, 0, 8, 3, 5, 1};
+    // Q8_K quantizes blocks of 256 independently, so the rows can be quantized as one.
+    const auto x = random_floats(k * (per_slot ? int64_t(ids.size()) : 1), seed, 2.0f);
     const DeviceQ8_K a = quantize_q8_K_on_device(x);
     const auto xb = cpu_quantize_q8_K(x);
-    const std::vector<int32_t> ids = {3, 0, 8, 3, 5, 1};
     const DeviceBuffer dids = to_device(ids);
     const size_t n_out = ids.size() * size_t(n_rows);
     DeviceBuffer y(n_out * sizeof(float));
@@ -48,8 +50,11 @@ void check_expert_matvec(GgmlType type, const std::vector<uint8_t> &w, int64_t n
             for (int64_t r = 0; r < n_rows; ++r) {
                 const uint8_t *row =
                     w.data() + (size_t(ids[i]) * size_t(n_rows) + size_t(r)) * row_bytes;
-                const float want = cpu.vec_dot(k, row, xb.data());
-                const double bound = 2.0 * double(k / 256) * FLT_EPSILON * abs_terms(row, xb);
+                const std::vector<quant::BlockQ8_K> xi(
+                    xb.begin() + (per_slot ? int64_t(i) * (k / 256) : 0),
+                    xb.begin() + (per_slot ? int64_t(i) * (k / 256) : 0) + k / 256);
+                const float want = cpu.vec_dot(k, row, xi.data());
+                const double bound = 2.0 * double(k / 256) * FLT_EPSILON * abs_terms(row, xi);
                 const float g = got[i * size_t(n_rows) + size_t(r)];
                 ASSERT_FALSE(std::isnan(g)) << "slot " << i << " row " << r << " not written";
                 ASSERT_LE(std::fabs(double(g) - double(want)), bound)

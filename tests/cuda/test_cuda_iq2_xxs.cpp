@@ -72,27 +72,28 @@ TEST(CudaQ8_K, QuantizerEqualsCpuOnEdgeCases) {
 TEST(CudaIq2xxs, ExpertMatvecEqualsCpuWithinReassociationBound) {
     DS4_REQUIRE_CUDA_DEVICE();
     // Experts of the published shape (2048 rows of 4096) and a small odd one (37 rows of 768).
-    for (const auto &[n_rows, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {37, 768}}) {
-        constexpr int64_t kExperts = 9;
-        const auto w = quant::random_blocks(GgmlType::IQ2_XXS, kExperts * n_rows * k, 17 + k);
-        const Iq2xxsWeights dw(w.data(), n_rows, k, kExperts);
-        test::check_expert_matvec(
-            GgmlType::IQ2_XXS, w, n_rows, k, 23 + n_rows,
-            [&](const int32_t *ids, int n_ids, const Q8_KActivation &x, float *y) {
-                matvec_iq2_xxs(dw.experts(), ids, n_ids, x, y, nullptr);
-            },
-            // sum |term| from the dequantized row: each value d (ls + 1/2) / 4 * grid * sign
-            // times q * dx, i.e. the CPU's terms including the final 1/8.
-            [&](const uint8_t *row, const std::vector<quant::BlockQ8_K> &xb) {
-                std::vector<float> deq(static_cast<size_t>(k));
-                quant::dequantize_row(GgmlType::IQ2_XXS, row, deq.data(), k);
-                double sum = 0;
-                for (size_t j = 0; j < deq.size(); ++j)
-                    sum +=
-                        std::fabs(double(deq[j]) * double(xb[j / 256].qs[j % 256]) * xb[j / 256].d);
-                return sum;
-            });
-    }
+    for (const bool per_slot : {false, true})
+        for (const auto &[n_rows, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {37, 768}}) {
+            constexpr int64_t kExperts = 9;
+            const auto w = quant::random_blocks(GgmlType::IQ2_XXS, kExperts * n_rows * k, 17 + k);
+            const Iq2xxsWeights dw(w.data(), n_rows, k, kExperts);
+            test::check_expert_matvec(
+                GgmlType::IQ2_XXS, w, n_rows, k, 23 + n_rows, per_slot,
+                [&](const int32_t *ids, int n_ids, const Q8_KActivation &x, float *y) {
+                    matvec_iq2_xxs(dw.experts(), ids, n_ids, x, y, nullptr, per_slot);
+                },
+                // sum |term| from the dequantized row: each value d (ls + 1/2) / 4 * grid * sign
+                // times q * dx, i.e. the CPU's terms including the final 1/8.
+                [&](const uint8_t *row, const std::vector<quant::BlockQ8_K> &xb) {
+                    std::vector<float> deq(static_cast<size_t>(k));
+                    quant::dequantize_row(GgmlType::IQ2_XXS, row, deq.data(), k);
+                    double sum = 0;
+                    for (size_t j = 0; j < deq.size(); ++j)
+                        sum += std::fabs(double(deq[j]) * double(xb[j / 256].qs[j % 256]) *
+                                         xb[j / 256].d);
+                    return sum;
+                });
+        }
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #pragma once
 // The decode matvec skeleton shared by the routed-expert formats whose dot products take Q8_K
 // activations (IQ2_XXS, Q2_K): one launch covers n_ids experts of a [n_experts][n_rows][k]
-// tensor, expert ids[i] in output slot i (blockIdx.y), the ids read on the device.
+// tensor, expert ids[i] in output slot i (blockIdx.y), the ids read on the device. The
+// activation is one row for every slot (gate, up: the layer's input) or one row per slot (down:
+// each expert's own SwiGLU output), rows of k values.
 //
 // A block of 256 threads computes R rows of one expert per warp, looping over row groups (a
 // grid of ~3 blocks per multiprocessor, so that per-block set-up such as lookup tables is paid
@@ -38,9 +40,14 @@ constexpr int kPiecesPerBlock = 4;  // 64 bytes of quants per super-block, 16 pe
 template <class Format, int R>
 __global__ void __launch_bounds__(kThreads)
     kernel(const uint8_t *__restrict__ wq, const uint8_t *__restrict__ wscales, int64_t n_rows,
-           int64_t k, const int32_t *__restrict__ ids, const int8_t *__restrict__ xq,
-           const float *__restrict__ xd, const int16_t *__restrict__ xbsums,
-           float *__restrict__ y) {
+           int64_t k, const int32_t *__restrict__ ids, bool x_per_slot,
+           const int8_t *__restrict__ xq, const float *__restrict__ xd,
+           const int16_t *__restrict__ xbsums, float *__restrict__ y) {
+    if (x_per_slot) {
+        xq += int64_t(blockIdx.y) * k;
+        xd += int64_t(blockIdx.y) * (k / kQK);
+        xbsums += int64_t(blockIdx.y) * (k / 16);
+    }
     extern __shared__ int4 smem[];  // [lookup tables][k int8 activations]
     uint8_t *tables = reinterpret_cast<uint8_t *>(smem);
     Format::load_tables(tables);
@@ -116,10 +123,10 @@ void prepare() {
 
 template <class Format, int R>
 void launch_rows(dim3 grid, size_t smem, const uint8_t *wq, const uint8_t *wscales, int64_t n_rows,
-                 int64_t k, const int32_t *ids, const int8_t *xq, const float *xd,
+                 int64_t k, const int32_t *ids, bool x_per_slot, const int8_t *xq, const float *xd,
                  const int16_t *xbsums, float *y, cudaStream_t stream) {
-    kernel<Format, R>
-        <<<grid, kThreads, smem, stream>>>(wq, wscales, n_rows, k, ids, xq, xd, xbsums, y);
+    kernel<Format, R><<<grid, kThreads, smem, stream>>>(wq, wscales, n_rows, k, ids, x_per_slot, xq,
+                                                        xd, xbsums, y);
 }
 
 // Up to four rows per warp while there are ~3 row groups per multiprocessor of an H200 (132);
@@ -127,8 +134,8 @@ void launch_rows(dim3 grid, size_t smem, const uint8_t *wq, const uint8_t *wscal
 // tables and the k int8 activations.
 template <class Format>
 void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k,
-            const int32_t *ids, int n_ids, const int8_t *xq, const float *xd, const int16_t *xbsums,
-            float *y, cudaStream_t stream) {
+            const int32_t *ids, int n_ids, bool x_per_slot, const int8_t *xq, const float *xd,
+            const int16_t *xbsums, float *y, cudaStream_t stream) {
     constexpr int64_t kTargetBlocks = 3 * 132;
     const int64_t warp_rows = (n_rows + kWarps - 1) / kWarps * n_ids;
     const int r = warp_rows >= 4 * kTargetBlocks ? 4 : warp_rows >= 2 * kTargetBlocks ? 2 : 1;
@@ -137,11 +144,14 @@ void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k
     const dim3 grid(unsigned(std::min(groups, per_slot)), unsigned(n_ids));
     const size_t smem = size_t(Format::kTableBytes) + size_t(k);
     if (r == 4)
-        launch_rows<Format, 4>(grid, smem, wq, wscales, n_rows, k, ids, xq, xd, xbsums, y, stream);
+        launch_rows<Format, 4>(grid, smem, wq, wscales, n_rows, k, ids, x_per_slot, xq, xd, xbsums,
+                               y, stream);
     else if (r == 2)
-        launch_rows<Format, 2>(grid, smem, wq, wscales, n_rows, k, ids, xq, xd, xbsums, y, stream);
+        launch_rows<Format, 2>(grid, smem, wq, wscales, n_rows, k, ids, x_per_slot, xq, xd, xbsums,
+                               y, stream);
     else
-        launch_rows<Format, 1>(grid, smem, wq, wscales, n_rows, k, ids, xq, xd, xbsums, y, stream);
+        launch_rows<Format, 1>(grid, smem, wq, wscales, n_rows, k, ids, x_per_slot, xq, xd, xbsums,
+                               y, stream);
 }
 
 }  // namespace ds4::cuda::expert_matvec

@@ -165,10 +165,10 @@ Iq2xxsWeights::Iq2xxsWeights(const void *ggml_blocks, int64_t n_rows, int64_t k,
 }
 
 void matvec_iq2_xxs(const Iq2xxsExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
-                    float *y, cudaStream_t stream) {
+                    float *y, cudaStream_t stream, bool x_per_slot) {
     if (n_ids <= 0 || w.n_rows == 0) return;
     expert_matvec::launch<Iq2xxsFormat>(w.qs, reinterpret_cast<const uint8_t *>(w.d), w.n_rows, w.k,
-                                        ids, n_ids, x.q, x.d, x.bsums, y, stream);
+                                        ids, n_ids, x_per_slot, x.q, x.d, x.bsums, y, stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

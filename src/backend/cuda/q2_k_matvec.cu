@@ -115,10 +115,10 @@ Q2KWeights::Q2KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64
 }
 
 void matvec_q2_K(const Q2KExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
-                 float *y, cudaStream_t stream) {
+                 float *y, cudaStream_t stream, bool x_per_slot) {
     if (n_ids <= 0 || w.n_rows == 0) return;
-    expert_matvec::launch<Q2KFormat>(w.qs, w.records, w.n_rows, w.k, ids, n_ids, x.q, x.d, x.bsums,
-                                     y, stream);
+    expert_matvec::launch<Q2KFormat>(w.qs, w.records, w.n_rows, w.k, ids, n_ids, x_per_slot, x.q,
+                                     x.d, x.bsums, y, stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -45,6 +45,6 @@ class Q2KWeights {
 };
 
 void matvec_q2_K(const Q2KExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
-                 float *y, cudaStream_t stream);
+                 float *y, cudaStream_t stream, bool x_per_slot = false);
 
 }  // namespace ds4::cuda
