@@ -1,0 +1,42 @@
+#pragma once
+// The routed-MoE glue of a decode step on the device, each the twin of a CPU function:
+//   route_experts   backend/cpu/routing.h: sqrt-softplus, top-k of prob + bias (or the hash
+//                   table's row for the token), weights normalised in selection order;
+//   swiglu_slots    backend/cpu/vector_ops.h swiglu_clamped, one row per selected expert, times
+//                   its route weight (ds4 weights W2's input, docs/MODEL.md 4.6);
+//   sum_slots       y = o_0 + o_1 + ... (+ shared), added in selection order as moe_batch does.
+// exp and log1p are evaluated in double and rounded to f32, which agrees with the CPU's f32
+// libm calls except where those are not correctly rounded (a few ulps at most); additions and
+// products are the CPU's, unfused.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ds4::cuda {
+
+struct RouteDeviceParams {
+    uint32_t n_expert = 0, n_used = 0;
+    const float *bias = nullptr;  // device, n_expert selection biases, or none
+    bool normalize = true;
+    float scale = 1.0f;
+    // Hash layers: the [n_tokens][n_used] table and the token id (both device); its row replaces
+    // the selection. The token is clamped into the table (the caller validates ids).
+    const int32_t *hash_table = nullptr;
+    const int32_t *token = nullptr;
+    int64_t hash_rows = 0;
+};
+
+// logits: n_expert floats (device); experts, weights: n_used each (device).
+void route_experts(const float *logits, const RouteDeviceParams &p, int32_t *experts,
+                   float *weights, cudaStream_t stream);
+
+// out[i][j] = silu(min(g, c)) * clamp(u, -c, c) * weights[i] for slot i < n_slots, j < n
+// (no clamp when c <= 1e-6; weights may be null: 1). g, u, out: [n_slots][n].
+void swiglu_slots(const float *g, const float *u, int n_slots, int64_t n, float clamp,
+                  const float *weights, float *out, cudaStream_t stream);
+
+// y[j] = ((o[0][j] + o[1][j]) + ...) + shared[j] (shared may be null).
+void sum_slots(const float *o, int n_slots, int64_t n, const float *shared, float *y,
+               cudaStream_t stream);
+
+}  // namespace ds4::cuda

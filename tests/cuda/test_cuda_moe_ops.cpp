@@ -1,0 +1,124 @@
+// The routed-MoE glue kernels against their CPU twins:
+//   - route_experts: the same experts as backend/cpu/routing.h route_experts (random logits and
+//     biases, so no two biased scores tie within an ulp: margins are clear), hash rows taken as
+//     they are, weights within 4 ulps (exp and log1p: the device rounds double results, the CPU
+//     calls f32 libm);
+//   - swiglu_slots: within 4 ulps of swiglu_clamped times the slot's weight, NaN kept;
+//   - sum_slots: bit for bit the CPU's in-order sum.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/routing.h"
+#include "backend/cpu/vector_ops.h"
+#include "backend/cuda/moe_ops.h"
+#include "cuda_test_util.h"
+
+namespace ds4::cuda {
+namespace {
+
+using test::random_floats;
+using test::to_device;
+using test::to_host;
+
+// |a - b| in units of the f32 spacing at b (NaN equal to NaN).
+double ulps(float a, float b) {
+    if (std::isnan(a) && std::isnan(b)) return 0;
+    return std::fabs(double(a) - double(b)) /
+           std::fabs(double(std::nextafter(b, INFINITY)) - double(b));
+}
+
+TEST(CudaRoute, SameExpertsAndWeightsAsCpu) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    struct Case {
+        uint32_t n_expert, n_used;
+        bool bias, normalize, hash;
+    };
+    for (const Case c : {Case{256, 6, true, true, false}, Case{256, 6, false, true, false},
+                         Case{64, 8, true, false, false}, Case{256, 6, false, true, true},
+                         Case{1000, 12, true, true, false}})
+        for (uint64_t seed = 1; seed <= 20; ++seed) {
+            auto logits = random_floats(c.n_expert, seed, 6.0f);
+            if (seed == 2) logits[5] = 25.0f, logits[9] = -30.0f;  // softplus' two outer branches
+            const auto bias = random_floats(c.n_expert, 100 + seed, 0.5f);
+            std::vector<int32_t> table(size_t(50) * c.n_used);
+            for (size_t i = 0; i < table.size(); ++i)
+                table[i] = int32_t((i * 37 + seed) % c.n_expert);
+            const int32_t token = int32_t(seed % 50);
+
+            backend::cpu::RouteParams cp{c.n_expert, c.n_used, c.bias ? bias.data() : nullptr,
+                                         c.normalize, 1.5f};
+            std::vector<uint32_t> want_e(c.n_used);
+            std::vector<float> want_w(c.n_used);
+            backend::cpu::route_experts(logits.data(), cp,
+                                        c.hash ? table.data() + size_t(token) * c.n_used : nullptr,
+                                        want_e.data(), want_w.data());
+
+            const DeviceBuffer dl = to_device(logits), db = to_device(bias), dt = to_device(table),
+                               dtok = to_device(std::vector<int32_t>{token});
+            DeviceBuffer de(c.n_used * 4), dw(c.n_used * 4);
+            RouteDeviceParams gp{c.n_expert, c.n_used, c.bias ? db.as<float>() : nullptr,
+                                 c.normalize, 1.5f};
+            if (c.hash)
+                gp.hash_table = dt.as<int32_t>(), gp.token = dtok.as<int32_t>(), gp.hash_rows = 50;
+            DS4_CUDA_CHECK(cudaMemset(dw.get(), 0xff, dw.bytes()));
+            route_experts(dl.as<float>(), gp, de.as<int32_t>(), dw.as<float>(), nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto got_e = to_host<int32_t>(de, c.n_used);
+            const auto got_w = to_host<float>(dw, c.n_used);
+            for (uint32_t i = 0; i < c.n_used; ++i) {
+                ASSERT_EQ(uint32_t(got_e[i]), want_e[i]) << "slot " << i << " seed " << seed;
+                ASSERT_LE(ulps(got_w[i], want_w[i]), 4.0) << "slot " << i << " seed " << seed;
+            }
+        }
+}
+
+TEST(CudaSwiglu, EqualsCpuWithinUlps) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int kSlots = 6;
+    constexpr int64_t kN = 2048;
+    for (const float clamp : {10.0f, 0.0f}) {
+        auto g = random_floats(kSlots * kN, 7, 12.0f), u = random_floats(kSlots * kN, 8, 12.0f);
+        g[3] = std::numeric_limits<float>::quiet_NaN();
+        u[10] = std::numeric_limits<float>::quiet_NaN();
+        g[11] = 95.0f, g[12] = -95.0f;  // exp over- and underflow inside sigmoid
+        const std::vector<float> w = {0.5f, 1.25f, 0.01f, 2.0f, 0.3f, 0.7f};
+        std::vector<float> want(g);
+        for (int i = 0; i < kSlots; ++i)
+            backend::cpu::swiglu_clamped(want.data() + i * kN, u.data() + i * kN, kN, clamp,
+                                         w[size_t(i)]);
+        const DeviceBuffer dg = to_device(g), du = to_device(u), dw = to_device(w);
+        DeviceBuffer out(g.size() * 4);
+        swiglu_slots(dg.as<float>(), du.as<float>(), kSlots, kN, clamp, dw.as<float>(),
+                     out.as<float>(), nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(out, g.size());
+        for (size_t i = 0; i < g.size(); ++i)
+            ASSERT_LE(ulps(got[i], want[i]), 4.0) << i << ": " << got[i] << " vs " << want[i];
+    }
+}
+
+TEST(CudaSumSlots, EqualsCpuOrderBitForBit) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int kSlots = 6;
+    constexpr int64_t kN = 4096 + 7;
+    const auto o = random_floats(kSlots * kN, 9, 100.0f), shared = random_floats(kN, 10, 1.0f);
+    std::vector<float> want(kN);
+    for (int64_t j = 0; j < kN; ++j) {
+        float acc = 0.0f;
+        for (int i = 0; i < kSlots; ++i) acc += o[size_t(i * kN + j)];
+        want[size_t(j)] = acc + shared[size_t(j)];
+    }
+    const DeviceBuffer d_o = to_device(o), d_s = to_device(shared);
+    DeviceBuffer y(kN * 4);
+    sum_slots(d_o.as<float>(), kSlots, kN, d_s.as<float>(), y.as<float>(), nullptr);
+    DS4_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = to_host<float>(y, kN);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+}
+
+}  // namespace
+}  // namespace ds4::cuda
