@@ -107,9 +107,10 @@ CONFIG = dict(
 )
 
 # (name, user text, system text, thinking): the CLI renders each as encode_cli_prompt does.
+# "readme" is the README's command (the CLI's defaults: system text, thinking mode).
 ORACLE_PROMPTS = [
-    ("readme", "Quel ramo del lago di Como", "", False),
-    ("defaults", "Renzo e Lucia", DEFAULT_SYSTEM, True),
+    ("readme", "Quel ramo del lago di Como", DEFAULT_SYSTEM, True),
+    ("nothink", "Renzo e Lucia", "", False),
 ]
 ORACLE_STEPS = 64
 ORACLE_TOPK = 5

@@ -20,10 +20,13 @@ ORACLE = json.load(open(os.path.join(REPO, "models", "promessi-mini-q8_0.oracle.
 BOS, USER, ASSISTANT = "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"
 
 # ds4's logits differ from transformers' by its Q8_0 activation rounding in the dot products (the
-# weights are the same numbers); measured at most LOGIT_TOL / 5 on these prompts.
-LOGIT_TOL = 0.25
-# A step whose two best transformers logits are closer than this may go either way.
-NEAR_TIE = 0.05
+# weights are the same numbers): at most 0.05 on these prompts (logits of 10-20).
+LOGIT_TOL = 0.2
+# A step whose two best transformers logits are closer than this may go either way on another CPU
+# (twice the largest difference seen); the comparison stops there.
+NEAR_TIE = 0.1
+# Steps that must agree before a near tie may end the comparison (the first ones have margins of 1-10).
+MIN_AGREEING = 8
 
 
 def ds4(tool, *args):
@@ -78,7 +81,7 @@ def test_greedy_continuation_matches_transformers(tool, tmp_path, name):
                 ref = want["top_logits"][want["top_ids"].index(t["token"]["id"])]
                 assert abs(t["logit"] - ref) < LOGIT_TOL, (i, t, ref)
         compared += 1
-    assert compared >= 32, f"only {compared} steps agree"
+    assert compared >= MIN_AGREEING, f"only {compared} steps agree"
 
 
 def test_printed_text_is_the_transformers_text(tool):
