@@ -1,0 +1,111 @@
+// The per-vector kernels of the CUDA backend against their CPU twins (backend/cpu): the FP8 KV
+// and Hadamard + FP4 indexer simulations bit for bit; RMSNorm and RoPE within one f32 ulp
+// (vector_ops.h says why one), NaN never passing. RoPE runs at positions up to 1M, where theta
+// needs a careful range reduction.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/qat_sim.h"
+#include "backend/cpu/rope.h"
+#include "backend/cpu/vector_ops.h"
+#include "backend/cuda/vector_ops.h"
+#include "cuda_test_util.h"
+
+namespace ds4::cuda {
+namespace {
+
+using test::random_floats;
+using test::to_device;
+using test::to_host;
+
+double ulps(float a, float b) {
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : 1e30;
+    if (a == b) return 0;
+    return std::fabs(double(a) - double(b)) /
+           std::fabs(double(std::nextafter(b, INFINITY)) - double(b));
+}
+
+TEST(CudaVectorOps, RmsNormWithinOneUlp) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    for (const int64_t n : {int64_t(4096), int64_t(512), int64_t(96), int64_t(1)}) {
+        constexpr int64_t kRows = 5;
+        const auto x = random_floats(kRows * n, 3 + n, 5.0f), w = random_floats(n, 4 + n, 1.0f);
+        for (const bool weighted : {true, false}) {
+            std::vector<float> want(x.size());
+            for (int64_t r = 0; r < kRows; ++r)
+                backend::cpu::rms_norm(x.data() + r * n, weighted ? w.data() : nullptr,
+                                       want.data() + r * n, n, 1e-6f);
+            const DeviceBuffer dx = to_device(x), dw = to_device(w);
+            DeviceBuffer y(x.size() * 4);
+            rms_norm(dx.as<float>(), weighted ? dw.as<float>() : nullptr, y.as<float>(), kRows, n,
+                     1e-6f, nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto got = to_host<float>(y, x.size());
+            for (size_t i = 0; i < got.size(); ++i) ASSERT_LE(ulps(got[i], want[i]), 1.0) << i;
+        }
+    }
+}
+
+TEST(CudaVectorOps, RopeTailWithinOneUlp) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    const auto plain = backend::cpu::RopeFreqs::plain(64, 10000.0);
+    const auto yarn = backend::cpu::RopeFreqs::yarn(64, 160000.0, 16.0, 65536.0, 32.0, 1.0);
+    constexpr int64_t kHeads = 8, kDim = 512;
+    for (const auto *f : {&plain, &yarn})
+        for (const int64_t p :
+             {int64_t(0), int64_t(1), int64_t(2047), int64_t(65537), int64_t(1) << 20})
+            for (const bool inverse : {false, true}) {
+                const auto x = random_floats(kHeads * kDim, 9 + p, 2.0f);
+                std::vector<float> want(x);
+                for (int64_t h = 0; h < kHeads; ++h)
+                    backend::cpu::rope_tail(want.data() + h * kDim, kDim, *f, p, inverse);
+                DeviceBuffer dx = to_device(x), df = to_device(f->f),
+                             dp = to_device(std::vector<int64_t>{p});
+                rope_tail(dx.as<float>(), kHeads, kDim, df.as<double>(), int64_t(f->f.size()),
+                          dp.as<int64_t>(), inverse, nullptr);
+                DS4_CUDA_CHECK(cudaDeviceSynchronize());
+                const auto got = to_host<float>(dx, x.size());
+                for (size_t i = 0; i < got.size(); ++i)
+                    ASSERT_LE(ulps(got[i], want[i]), 1.0) << "p " << p << " value " << i;
+            }
+}
+
+TEST(CudaVectorOps, Fp8SimBitForBit) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int64_t kRows = 7, kN = 448;  // 7 blocks of 64 per row; then a short last block
+    for (const int64_t block : {int64_t(64), int64_t(60)}) {
+        auto x = random_floats(kRows * kN, 21 + block, 300.0f);
+        x[5] = 0.0f, x[6] = 1e-9f, x[70] = 1e6f;                   // subnormal steps, the 448 cap
+        for (int i = 128; i < 192; ++i) x[size_t(i)] = 1e-7f * i;  // amax below the 1e-4 floor
+        std::vector<float> want(x);
+        for (int64_t r = 0; r < kRows; ++r)
+            backend::cpu::fp8_e4m3_sim(want.data() + r * kN, kN, block);
+        DeviceBuffer dx = to_device(x);
+        fp8_e4m3_sim(dx.as<float>(), kRows, kN, block, nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(dx, x.size());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "block " << block;
+    }
+}
+
+TEST(CudaVectorOps, IndexerQatBitForBit) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    for (const int64_t n : {int64_t(128), int64_t(32), int64_t(1024)}) {
+        constexpr int64_t kRows = 9;
+        auto x = random_floats(kRows * n, 31 + n, 4.0f);
+        x[1] = 0.0f;
+        std::vector<float> want(x);
+        for (int64_t r = 0; r < kRows; ++r) backend::cpu::indexer_qat(want.data() + r * n, n);
+        DeviceBuffer dx = to_device(x);
+        indexer_qat(dx.as<float>(), kRows, n, nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(dx, x.size());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "n " << n;
+    }
+}
+
+}  // namespace
+}  // namespace ds4::cuda
