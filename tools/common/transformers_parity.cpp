@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <openssl/evp.h>
 
 #include "common/error.h"
 #include "runtime/sampler.h"
@@ -82,7 +83,9 @@ void check_prompt(runtime::Model &model, const std::string &dir, const nlohmann:
         if (row_max > r.max_abs_diff || r.rows_compared == 0) r.worst_position = pos;
         r.max_abs_diff = std::max(r.max_abs_diff, row_max);
         r.row_diffs.emplace_back(pos, row_max);
-        r.top1_same += runtime::argmax(logits) == std::max_element(ref, ref + V) - ref;
+        r.top1.push_back(runtime::argmax(logits));
+        r.top1_ref.push_back(int32_t(std::max_element(ref, ref + V) - ref));
+        r.top1_same += r.top1.back() == r.top1_ref.back();
         ++r.rows_compared;
     };
     if (opts.chunk > 1 && !all_rows && generated.empty()) {
@@ -125,6 +128,19 @@ void check_prompt(runtime::Model &model, const std::string &dir, const nlohmann:
 }
 
 }  // namespace
+
+std::string file_sha256(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(fmt::format("cannot read {}", path));
+    const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr) != 1)
+        throw Error(fmt::format("{}: SHA-256 failed", path));
+    std::string hex;
+    for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
+    return hex;
+}
 
 ParityResult check_transformers_fixture(const std::string &fixture_dir, const std::string &gguf,
                                         int n_threads, const ParityOptions &opts) {

@@ -11,6 +11,7 @@
 //   - the greedy continuation equal token for token;
 //   - chunked prefill of the prompt ends on the same logits as token-by-token evaluation, bit for
 //     bit.
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,8 +37,10 @@ struct ParityResult {
     size_t rows_compared = 0, greedy_steps = 0;
     size_t top1_same = 0;       // compared rows whose argmax equals the reference argmax
     size_t worst_position = 0;  // position of max_abs_diff
-    // Per compared row: (position, max |ours - theirs| in that row).
+    // Per compared row, in position order: (position, max |ours - theirs| in that row), and the
+    // argmax of ours and of the reference.
     std::vector<std::pair<size_t, double>> row_diffs;
+    std::vector<int32_t> top1, top1_ref;
     std::vector<std::string> problems;  // empty when everything but the bound held
 
     double ratio() const { return max_abs_ref > 0 ? max_abs_diff / max_abs_ref : 0; }
@@ -47,6 +50,10 @@ struct ParityResult {
 
 // fixture_dir: tests/model/fixtures/<model>; gguf: that model's f32 GGUF. Throws ds4::Error when a
 // file is missing or malformed.
+// SHA-256 of a file's bytes, 64 lowercase hex digits (a fixture names the files it was made
+// from by it). Throws ds4::Error when the file cannot be read.
+std::string file_sha256(const std::string &path);
+
 ParityResult check_transformers_fixture(const std::string &fixture_dir, const std::string &gguf,
                                         int n_threads, const ParityOptions &opts = {});
 
