@@ -19,6 +19,12 @@ Fixture files in tests/model/fixtures/<model>/:
   <prompt>.logits.f32        float32 little-endian [rows, vocab] (small vocabularies)
   <prompt>.top64.ids.i32 / .top64.logits.f32 / .lse.f32 / .full.f32   (vocab_real: top-64 ids and
                              logits per row, log-sum-exp per row, and full rows at listed positions)
+  <prompt>.rows.f32          (long_ctx, a `_long` model: 8192 tokens, ~5 min on 2 cores) float32
+                             [stored positions, vocab] at the positions index.json lists: every 64th
+                             and every position around 128, 2048, 4096 and the end, less the near-ties
+                             of its router / indexer (MIN_RELATIVE_SELECTION_GAP; margins recorded);
+                             no greedy continuation; also transformers' cached paths against its
+                             uncached forward, and what a window or top-k one smaller does
   model-f32.gguf             the converter's f32 GGUF when it is under 5 MB (else rebuilt by CI)
 """
 from __future__ import annotations
