@@ -12,25 +12,33 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "cli_app.h"
 #include "cli_options.h"
 #include "common/error.h"
+#include "context_size.h"
+#include "exit_codes.h"
+#include "input_files.h"
 #include "logprobs_dump.h"
 #include "model/model_summary.h"
 #include "repl.h"
+#include "run_env.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
+#include "speed_line.h"
+#include "startup_line.h"
 #include "text_printer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocabulary.h"
+#include "tool_main.h"
 
 namespace {
 
 using ds4::cli::Options;
+using ds4::tools::UsageError;
 
 std::atomic<bool> g_cancel{false};
 void on_sigint(int) {
@@ -47,12 +55,6 @@ std::vector<std::string> normalized_args(int argc, char **argv) {
         args.push_back(a);
     }
     return args;
-}
-
-std::string read_file_bytes(const std::string &path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ds4::Error(fmt::format("cannot read prompt file {}", path));
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // docs/SURFACES.md 2.5: the ids as one line, then one line per token: the id right-aligned in six
@@ -90,60 +92,97 @@ void print_progress(size_t done, size_t total) {
                    total, done, total, 100.0 * done / total, done == total || !tty ? "\n" : "");
 }
 
-int run(const Options &opt, bool model_given, bool dump_tokens, bool inspect, bool has_prompt) {
-    if (!std::filesystem::exists(opt.model)) {
-        fmt::print(stderr, "ds4: {}\n",
-                   model_given ? fmt::format("cannot open model {}: no such file", opt.model)
-                               : missing_model_message(opt.model));
-        return model_given ? 2 : 1;
+// What main checked from the command line, for run().
+struct Request {
+    bool model_given = false, dump_tokens = false, inspect = false, has_prompt = false;
+    bool ctx_given = false;
+    uint64_t ctx = 32768;  // as asked; run() clamps it (context_size.h)
+};
+
+// A model file's defects are bad input (exit 2), whichever part of the file reveals them.
+template <typename F>
+auto from_model_file(const std::string &path, F &&open) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw UsageError(fmt::format("model {} is a directory, not a GGUF file", path));
+    try {
+        return open();
+    } catch (const ds4::Error &e) {
+        throw UsageError(e.what());
     }
-    if (dump_tokens) {
-        const auto tok = ds4::tokenizer::Tokenizer::from_gguf(opt.model);
-        const std::string text =
-            opt.prompt_file.empty() ? opt.prompt : read_file_bytes(opt.prompt_file);
+}
+
+int run(Options opt, const Request &req) {
+    std::error_code ec;
+    if (!std::filesystem::exists(opt.model, ec)) {
+        if (ec && ec != std::errc::no_such_file_or_directory)
+            throw UsageError(fmt::format("cannot open model {}: {}", opt.model, ec.message()));
+        if (req.model_given)
+            throw UsageError(fmt::format("cannot open model {}: no such file", opt.model));
+        fmt::print(stderr, "ds4: {}\n", missing_model_message(opt.model));
+        return ds4::tools::kExitFailure;
+    }
+    // Inputs are read and outputs checked before the model loads: a wrong path fails at once.
+    const std::string text = opt.prompt_file.empty()
+                                 ? opt.prompt
+                                 : ds4::tools::read_input_file(opt.prompt_file, "--prompt-file");
+    if (!opt.dump_logprobs.empty())
+        ds4::tools::check_output_writable(opt.dump_logprobs, "--dump-logprobs");
+    if (req.dump_tokens) {
+        const auto tok = from_model_file(
+            opt.model, [&] { return ds4::tokenizer::Tokenizer::from_gguf(opt.model); });
         print_tokens(tok, tok.encode_chat_text(text));
         return 0;
     }
 
-    std::unique_ptr<ds4::runtime::Model> model;
-    try {
-        model =
-            ds4::runtime::Model::load(opt.model, {.n_threads = opt.threads, .strict = opt.strict});
-    } catch (const ds4::Error &e) {
-        fmt::print(stderr, "ds4: {}\n", e.what());
-        return 2;
-    }
-    if (inspect) {
+    auto model = from_model_file(opt.model, [&] {
+        return ds4::runtime::Model::load(opt.model,
+                                         {.n_threads = opt.threads, .strict = opt.strict});
+    });
+    fmt::print(stderr, "{}", ds4::tools::startup_line("ds4", opt.model, *model));
+    if (req.inspect) {
         std::fputs(
             ds4::model::inspect_report(opt.model, model->hparams(), model->weights()).c_str(),
             stdout);
         if (opt.strict) std::puts("  strict: the published DeepSeek V4 Flash layout");
         return 0;
     }
-    const ds4::tokenizer::Tokenizer tok(ds4::tokenizer::load_vocabulary(model->file()));
+    const ds4::tokenizer::Tokenizer tok = from_model_file(opt.model, [&] {
+        return ds4::tokenizer::Tokenizer(ds4::tokenizer::load_vocabulary(model->file()));
+    });
     if (tok.n_tokens() > model->hparams().n_vocab)
-        throw ds4::Error(
+        throw UsageError(
             fmt::format("the vocabulary has {} tokens but the model only {} embedding rows",
                         tok.n_tokens(), model->hparams().n_vocab));
     const auto &hp = model->hparams();
 
-    ds4::runtime::SessionOptions so{.ctx = opt.ctx, .chunk = opt.chunk};
+    ds4::runtime::SessionOptions so{.chunk = opt.chunk};
     so.forward.qat_sim = opt.qat_sim;
+    // Clamped to the model and checked against the free memory before anything is allocated;
+    // the default is clamped without a notice, since nobody asked for it.
+    const uint64_t asked = req.ctx_given || !hp.context_length
+                               ? req.ctx
+                               : std::min<uint64_t>(req.ctx, hp.context_length);
+    opt.ctx = ds4::tools::context_for(asked, hp, so, "--ctx");
+    so.ctx = opt.ctx;
     {
         ds4::runtime::Session probe(*model, so);
+        // The check above used the computed size; the allocation must be that size.
+        if (probe.kv_bytes() != ds4::runtime::Session::kv_bytes_for(hp, so))
+            throw ds4::Error(fmt::format("internal: KV cache of {} bytes, {} computed beforehand",
+                                         probe.kv_bytes(),
+                                         ds4::runtime::Session::kv_bytes_for(hp, so)));
         uint64_t comp_rows = 0;
         for (uint32_t il = 0; il < hp.n_layer; ++il)
             if (hp.compress_ratio[il]) comp_rows += opt.ctx / hp.compress_ratio[il] + 1;
         fmt::print(stderr,
-                   "ds4: context buffers {:.2f} MiB (ctx={}, backend=cpu, prefill_chunk={}, "
-                   "raw_kv_rows={}, "
-                   "compressed_kv_rows={})\n",
-                   probe.kv_bytes() / 1048576.0, opt.ctx, opt.chunk, hp.sliding_window, comp_rows);
+                   "ds4: context buffers {:.2f} MiB, {} bytes (ctx={}, backend=cpu, "
+                   "prefill_chunk={}, raw_kv_rows={}, compressed_kv_rows={})\n",
+                   probe.kv_bytes() / 1048576.0, probe.kv_bytes(), opt.ctx, opt.chunk,
+                   hp.sliding_window, comp_rows);
     }
-    if (!has_prompt) return ds4::cli::run_repl(*model, tok, opt);
+    if (!req.has_prompt) return ds4::cli::run_repl(*model, tok, opt);
 
-    const std::string text =
-        opt.prompt_file.empty() ? opt.prompt : read_file_bytes(opt.prompt_file);
     const auto mode = ds4::tokenizer::effective_think_mode(opt.think, opt.ctx);
     if (opt.think == ds4::tokenizer::ThinkMode::kMax && mode != opt.think)
         fmt::print(stderr, "ds4: --think-max needs --ctx >= {}; using normal thinking\n",
@@ -151,7 +190,7 @@ int run(const Options &opt, bool model_given, bool dump_tokens, bool inspect, bo
     const std::vector<int32_t> prompt =
         ds4::tokenizer::encode_cli_prompt(tok, text, opt.system, mode);
     if (prompt.size() >= opt.ctx)
-        throw ds4::Error(fmt::format("the prompt has {} tokens, the context holds {} (raise --ctx)",
+        throw UsageError(fmt::format("the prompt has {} tokens, the context holds {} (raise --ctx)",
                                      prompt.size(), opt.ctx));
 
     ds4::runtime::Session session(*model, so);
@@ -172,22 +211,28 @@ int run(const Options &opt, bool model_given, bool dump_tokens, bool inspect, bo
     const auto st = ds4::runtime::generate(
         session, prompt, sampler, gp, [&](int32_t id) { printer.push(id); }, print_progress);
     printer.finish();
-    fmt::print(stderr, "ds4: prefill: {:.2f} t/s, generation: {:.2f} t/s\n", st.prefill_tps(),
-               st.generation_tps());
-    return 0;
+    fmt::print(stderr, "{}", ds4::tools::speed_line(st));
+    if (st.stop == ds4::runtime::StopReason::ContextFull)
+        fmt::print(stderr,
+                   "ds4: the context is full ({} tokens); raise --ctx for a longer answer\n",
+                   opt.ctx);
+    return st.stop == ds4::runtime::StopReason::Interrupted ? ds4::tools::kExitInterrupted : 0;
 }
 
-}  // namespace
-
-int main(int argc, char **argv) {
+int ds4_main(int argc, char **argv) {
+    using ds4::tools::integer_at_least;
+    using ds4::tools::integer_in;
+    using ds4::tools::number_in;
+    constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
     Options opt;
-    bool dump_tokens = false, inspect = false, think = false, nothink = false, think_max = false,
-         no_qat = false;
+    Request req;
+    bool think = false, nothink = false, think_max = false, no_qat = false;
     bool use_cpu = false, use_cuda = false;
     std::string backend = "cpu";
     uint64_t seed = 0;
     CLI::App app{"ds4: DeepSeek V4 Flash inference (ds4cpp). With no prompt: interactive chat.",
                  "ds4"};
+    ds4::tools::configure_app(app, "ds4");
     auto *prompt = app.add_option("-p,--prompt", opt.prompt, "Prompt text");
     auto *prompt_file =
         app.add_option("--prompt-file", opt.prompt_file, "Read the whole file as the prompt");
@@ -196,38 +241,41 @@ int main(int argc, char **argv) {
         ->default_str(opt.system);
     auto *model =
         app.add_option("-m,--model", opt.model, "GGUF model path")->default_str("ds4flash.gguf");
-    app.add_option("-c,--ctx", opt.ctx, "Context size in tokens")
-        ->check(CLI::PositiveNumber)
-        ->default_str("32768");
+    auto *ctx = app.add_option("-c,--ctx", req.ctx,
+                               "Context size in tokens; above the model's context length it is "
+                               "clamped to it (with a notice)")
+                    ->check(integer_at_least(1))
+                    ->default_str("32768");
     app.add_option("-n,--tokens", opt.n_predict, "Max generated tokens")
-        ->check(CLI::PositiveNumber)
+        ->check(integer_in(1, std::numeric_limits<int64_t>::max()))
         ->default_str("50000");
     app.add_option("--temp", opt.sampling.temperature, "Temperature; 0 = greedy")
-        ->check(CLI::Range(0.0, 100.0))
+        ->check(number_in(0.0, 100.0))
         ->default_str("1");
     app.add_option("--top-p", opt.sampling.top_p, "Nucleus sampling")
-        ->check(CLI::Range(0.0, 1.0))
+        ->check(number_in(0.0, 1.0))
         ->default_str("1");
     app.add_option("--min-p", opt.sampling.min_p, "Min-p relative to the top token")
-        ->check(CLI::Range(0.0, 1.0))
+        ->check(number_in(0.0, 1.0))
         ->default_str("0.05");
     app.add_option("--top-k", opt.sampling.top_k, "Top-k; 0 = off")
-        ->check(CLI::NonNegativeNumber)
+        ->check(integer_in(0, kMaxInt))
         ->default_str("0");
     app.add_option("--seed", seed, "RNG seed (>= 1); default from the clock")
-        ->check(CLI::PositiveNumber);
+        ->check(integer_at_least(1));
     app.add_flag("--think", think, "Thinking mode (the default)");
     app.add_flag("--think-max", think_max, "Think Max when --ctx >= 393216, else normal thinking");
     app.add_flag("--nothink", nothink,
                  "Non-thinking mode (the assistant turn opens with </think>)");
-    app.add_option("-t,--threads", opt.threads, "CPU threads (default: DS4_THREADS or all cores)")
-        ->check(CLI::PositiveNumber);
+    app.add_option("-t,--threads", opt.threads,
+                   "CPU threads; 0 (the default) = DS4_THREADS when set, else all cores")
+        ->check(integer_in(0, ds4::tools::kMaxThreads));
     app.add_flag("--cpu", use_cpu, "CPU backend (the default)");
     app.add_flag("--cuda", use_cuda, "CUDA backend (not part of this build yet: exits 2)");
     app.add_option("--backend", backend, "Backend by name: cpu | cuda (cuda: not built yet)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
     app.add_option("--chunk", opt.chunk, "Prefill batch size in tokens")
-        ->check(CLI::PositiveNumber)
+        ->check(integer_in(1, 1 << 20))
         ->default_str("256");
     app.add_flag("--no-qat-sim", no_qat,
                  "Do not simulate the model's FP8 KV / FP4 indexer quantization (for comparisons "
@@ -235,9 +283,9 @@ int main(int argc, char **argv) {
                  "that omit it, e.g. transformers)");
     app.add_flag("--strict", opt.strict,
                  "Require the published DeepSeek V4 Flash layout (q2, q4 or mixed)");
-    app.add_flag("--inspect", inspect,
+    app.add_flag("--inspect", req.inspect,
                  "Load the model, print a summary and exit (2 on a bad file)");
-    app.add_flag("--dump-tokens", dump_tokens,
+    app.add_flag("--dump-tokens", req.dump_tokens,
                  "Print the tokens of the prompt text as written (special tokens recognised, no "
                  "chat template) and "
                  "exit; needs only a vocabulary (e.g. -m models/ds4-vocab.gguf)");
@@ -245,30 +293,18 @@ int main(int argc, char **argv) {
                    "Write a greedy continuation with top-k alternatives as JSON");
     app.add_option("--logprobs-top-k", opt.logprobs_top_k,
                    "Alternatives per step for --dump-logprobs (max 128)")
-        ->check(CLI::Range(1, 128))
+        ->check(integer_in(1, 128))
         ->default_str("20");
     for (auto *o : {prompt, prompt_file, model})
         o->multi_option_policy(CLI::MultiOptionPolicy::Throw);
 
-    try {
-        std::vector<std::string> args = normalized_args(argc, argv);
-        app.parse(args);
-    } catch (const CLI::ParseError &e) {
-        const int rc = app.exit(e);
-        return e.get_exit_code() == 0 ? rc : 2;
-    }
-    if (prompt->count() + prompt_file->count() > 1) {
-        fmt::print(stderr, "ds4: specify only one prompt source\n");
-        return 2;
-    }
-    if (think + nothink + think_max > 1) {
-        fmt::print(stderr, "ds4: --think, --think-max and --nothink are exclusive\n");
-        return 2;
-    }
-    if (use_cuda || backend == "cuda") {
-        fmt::print(stderr, "ds4: the CUDA backend is not part of this build yet; use --cpu\n");
-        return 2;
-    }
+    if (const auto rc = ds4::tools::parse_args(app, normalized_args(argc, argv))) return *rc;
+    if (prompt->count() + prompt_file->count() > 1)
+        throw UsageError("specify only one prompt source");
+    if (think + nothink + think_max > 1)
+        throw UsageError("--think, --think-max and --nothink are exclusive");
+    if (use_cuda || backend == "cuda")
+        throw UsageError("the CUDA backend is not part of this build yet; use --cpu");
     (void)use_cpu;
     opt.think = nothink     ? ds4::tokenizer::ThinkMode::kNone
                 : think_max ? ds4::tokenizer::ThinkMode::kMax
@@ -276,18 +312,20 @@ int main(int argc, char **argv) {
     opt.qat_sim = !no_qat;
     opt.sampling.seed = seed;
     if (!opt.dump_logprobs.empty()) opt.sampling.temperature = 0.0f;
-    if (opt.threads == 0)
-        if (const char *env = std::getenv("DS4_THREADS")) opt.threads = std::max(0, std::atoi(env));
-    const bool has_prompt = prompt->count() + prompt_file->count() > 0;
-    if ((dump_tokens || !opt.dump_logprobs.empty()) && !has_prompt) {
-        fmt::print(stderr, "ds4: {} requires -p or --prompt-file\n",
-                   dump_tokens ? "--dump-tokens" : "--dump-logprobs");
-        return 2;
-    }
-    try {
-        return run(opt, model->count() > 0, dump_tokens, inspect, has_prompt);
-    } catch (const ds4::Error &e) {
-        fmt::print(stderr, "ds4: {}\n", e.what());
-        return 1;
-    }
+    // The environment is checked here, before any file is opened.
+    opt.threads = ds4::tools::resolve_threads(opt.threads, "ds4");
+    ds4::tools::check_simd_env();
+    req.has_prompt = prompt->count() + prompt_file->count() > 0;
+    req.model_given = model->count() > 0;
+    req.ctx_given = ctx->count() > 0;
+    if ((req.dump_tokens || !opt.dump_logprobs.empty()) && !req.has_prompt)
+        throw UsageError(fmt::format("{} requires -p or --prompt-file",
+                                     req.dump_tokens ? "--dump-tokens" : "--dump-logprobs"));
+    return run(opt, req);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    return ds4::tools::guarded_main("ds4", [&] { return ds4_main(argc, argv); });
 }
