@@ -3,11 +3,10 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 
 #include "common/error.h"
+#include "input_files.h"
 
 namespace ds4::bench {
 
@@ -65,9 +64,7 @@ CsvTable parse_csv(const std::string &text, const std::string &name) {
 }
 
 CsvTable read_csv_file(const std::string &path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(fmt::format("cannot read {}", path));
-    return parse_csv(std::string(std::istreambuf_iterator<char>(in), {}), path);
+    return parse_csv(tools::read_input_file(path, "CSV file"), path);
 }
 
 void write_text_file(const std::string &path, const std::string &text) {
