@@ -1,5 +1,6 @@
 // ds4-gguf-dump: print a GGUF file's header, metadata and tensor table, as text or JSON.
-// Exit status: 0 ok, 2 the file is malformed (the error names the problem).
+// Exit status: 0 ok, 2 the file is missing or malformed (the error names the problem), 1 any
+// other failure (docs/CLI.md).
 #include <fmt/format.h>
 #include <openssl/sha.h>
 
@@ -8,8 +9,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli_app.h"
 #include "common/error.h"
+#include "exit_codes.h"
 #include "gguf/gguf_file.h"
+#include "tool_main.h"
 
 using ds4::gguf::Array;
 using ds4::gguf::Value;
@@ -92,58 +96,63 @@ std::string value_summary(const Value &v) {
     return std::to_string(v.as_unsigned());
 }
 
-}  // namespace
-
-int main(int argc, char **argv) {
-    CLI::App app{"Print a GGUF file's metadata and tensor table"};
+int dump_main(int argc, char **argv) {
+    CLI::App app{"ds4-gguf-dump: print a GGUF file's metadata and tensor table", "ds4-gguf-dump"};
+    ds4::tools::configure_app(app, "ds4-gguf-dump");
     std::string path;
     bool as_json = false, hash = false;
     app.add_option("file", path, "GGUF file")->required();
     app.add_flag("--json", as_json, "machine-readable output (strings as hex bytes)");
     app.add_flag("--hash", hash, "include the SHA-256 of every tensor's bytes");
-    CLI11_PARSE(app, argc, argv);
+    if (const auto rc = ds4::tools::parse_args(app, argc, argv)) return *rc;
 
+    std::unique_ptr<ds4::gguf::File> f;
     try {
-        auto f = ds4::gguf::File::open(path);
-        if (as_json) {
-            json out;
-            out["version"] = f->version();
-            out["alignment"] = f->alignment();
-            out["data_offset"] = f->data_offset();
-            json meta = json::array();
-            for (const auto &[key, value] : f->metadata())
-                meta.push_back({{"key", key},
-                                {"type", ds4::gguf::value_type_name(value.type())},
-                                {"value", strings_to_hex(value_to_json(value))}});
-            out["metadata"] = meta;
-            json tensors = json::array();
-            for (const auto &t : f->tensors()) {
-                json jt = {{"name", t.name},
-                           {"type", ds4::ggml_type_name(t.type)},
-                           {"type_id", static_cast<uint32_t>(t.type)},
-                           {"ne", t.ne},
-                           {"offset", t.offset},
-                           {"n_bytes", t.n_bytes}};
-                if (hash) jt["sha256"] = sha256_hex(t.data, t.n_bytes);
-                tensors.push_back(jt);
-            }
-            out["tensors"] = tensors;
-            std::cout << out.dump() << "\n";
-        } else {
-            fmt::print("{}: GGUF v{}, alignment {}, {} metadata keys, {} tensors, data at {}\n",
-                       path, f->version(), f->alignment(), f->metadata().size(),
-                       f->tensors().size(), f->data_offset());
-            for (const auto &[key, value] : f->metadata())
-                fmt::print("  {:<48} {:<7} {}\n", key, ds4::gguf::value_type_name(value.type()),
-                           value_summary(value));
-            for (const auto &t : f->tensors())
-                fmt::print("  {:<40} {:<8} {:<24} {:>14} bytes{}\n", t.name,
-                           ds4::ggml_type_name(t.type), t.shape_string(), t.n_bytes,
-                           hash ? "  " + sha256_hex(t.data, t.n_bytes) : "");
-        }
+        f = ds4::gguf::File::open(path);
     } catch (const ds4::Error &e) {
-        fmt::print(stderr, "error: {}\n", e.what());
-        return 2;
+        throw ds4::tools::UsageError(fmt::format("error: {}", e.what()));  // the file is at fault
+    }
+    if (as_json) {
+        json out;
+        out["version"] = f->version();
+        out["alignment"] = f->alignment();
+        out["data_offset"] = f->data_offset();
+        json meta = json::array();
+        for (const auto &[key, value] : f->metadata())
+            meta.push_back({{"key", key},
+                            {"type", ds4::gguf::value_type_name(value.type())},
+                            {"value", strings_to_hex(value_to_json(value))}});
+        out["metadata"] = meta;
+        json tensors = json::array();
+        for (const auto &t : f->tensors()) {
+            json jt = {{"name", t.name},
+                       {"type", ds4::ggml_type_name(t.type)},
+                       {"type_id", static_cast<uint32_t>(t.type)},
+                       {"ne", t.ne},
+                       {"offset", t.offset},
+                       {"n_bytes", t.n_bytes}};
+            if (hash) jt["sha256"] = sha256_hex(t.data, t.n_bytes);
+            tensors.push_back(jt);
+        }
+        out["tensors"] = tensors;
+        std::cout << out.dump() << "\n";
+    } else {
+        fmt::print("{}: GGUF v{}, alignment {}, {} metadata keys, {} tensors, data at {}\n", path,
+                   f->version(), f->alignment(), f->metadata().size(), f->tensors().size(),
+                   f->data_offset());
+        for (const auto &[key, value] : f->metadata())
+            fmt::print("  {:<48} {:<7} {}\n", key, ds4::gguf::value_type_name(value.type()),
+                       value_summary(value));
+        for (const auto &t : f->tensors())
+            fmt::print("  {:<40} {:<8} {:<24} {:>14} bytes{}\n", t.name,
+                       ds4::ggml_type_name(t.type), t.shape_string(), t.n_bytes,
+                       hash ? "  " + sha256_hex(t.data, t.n_bytes) : "");
     }
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    return ds4::tools::guarded_main("ds4-gguf-dump", [&] { return dump_main(argc, argv); });
 }

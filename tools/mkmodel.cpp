@@ -5,14 +5,16 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "cli_app.h"
 #include "common/error.h"
+#include "exit_codes.h"
 #include "gguf/gguf_file.h"
+#include "input_files.h"
 #include "model/hparams.h"
 #include "model/synthetic_model.h"
 #include "model/weights.h"
+#include "tool_main.h"
 
 namespace {
 
@@ -26,10 +28,13 @@ std::string default_vocab_path() {
     return rel;
 }
 
-}  // namespace
+using ds4::tools::UsageError;
 
-int main(int argc, char **argv) {
-    CLI::App app{"Write a synthetic DeepSeek V4 model (random valid weights, real vocabulary)"};
+int mkmodel_main(int argc, char **argv) {
+    CLI::App app{
+        "ds4-mkmodel: write a synthetic DeepSeek V4 model (random valid weights, real vocabulary)",
+        "ds4-mkmodel"};
+    ds4::tools::configure_app(app, "ds4-mkmodel");
     std::string shape = "tiny", quant = "q8_0", out, vocab_path = default_vocab_path();
     uint64_t seed = 1;
     bool quiet = false;
@@ -42,26 +47,32 @@ int main(int argc, char **argv) {
     app.add_option("--vocab", vocab_path, "GGUF holding the tokenizer.* keys to embed")
         ->capture_default_str();
     app.add_flag("-q,--quiet", quiet, "no progress on stderr");
-    CLI11_PARSE(app, argc, argv);
+    if (const auto rc = ds4::tools::parse_args(app, argc, argv)) return *rc;
 
+    // The arguments are checked (and the shape file read) before anything is generated.
+    const auto t0 = std::chrono::steady_clock::now();
+    ds4::model::HParams hp;
+    ds4::model::QuantMix mix;
+    std::unique_ptr<ds4::gguf::File> vocab;
     try {
-        const auto t0 = std::chrono::steady_clock::now();
-        auto vocab = ds4::gguf::File::open(vocab_path);
+        std::error_code ec;
+        if (std::filesystem::is_directory(vocab_path, ec))
+            throw ds4::Error(fmt::format("--vocab {} is a directory, not a GGUF file", vocab_path));
+        vocab = ds4::gguf::File::open(vocab_path);
         const auto n_tokens =
             static_cast<uint32_t>(vocab->get_array("tokenizer.ggml.tokens").items.size());
-        ds4::model::HParams hp;
-        if (shape == "tiny" || shape == "small" || shape == "flash") {
+        if (shape == "tiny" || shape == "small" || shape == "flash")
             hp = ds4::model::shape_preset(shape, n_tokens);
-        } else {
-            std::ifstream in(shape);
-            if (!in)
-                throw ds4::Error(
-                    fmt::format("--shape {}: not a preset and not a readable file", shape));
-            std::stringstream ss;
-            ss << in.rdbuf();
-            hp = ds4::model::shape_from_json(ss.str(), n_tokens);
-        }
-        const auto mix = ds4::model::parse_quant_mix(quant);
+        else
+            hp = ds4::model::shape_from_json(
+                ds4::tools::read_input_file(shape, "--shape (not a preset, so a JSON file)"),
+                n_tokens);
+        mix = ds4::model::parse_quant_mix(quant);
+    } catch (const ds4::Error &e) {
+        throw UsageError(e.what());
+    }
+    ds4::tools::check_output_writable(out, "--out");
+    try {
         ds4::model::write_synthetic_model(hp, mix, seed, *vocab, out, !quiet);
         // Read the result back through the loader: what we write must be what we accept.
         auto f = ds4::gguf::File::open(out);
@@ -70,11 +81,16 @@ int main(int argc, char **argv) {
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (!quiet)
-            fmt::print(stderr, "mkmodel: wrote {} ({} shape, {} mix, {:.3f} GB) in {:.1f} s\n", out,
-                       shape, quant, f->file_size() / 1e9, s);
+            fmt::print(stderr, "ds4-mkmodel: wrote {} ({} shape, {} mix, {:.3f} GB) in {:.1f} s\n",
+                       out, shape, quant, f->file_size() / 1e9, s);
     } catch (const ds4::Error &e) {
-        fmt::print(stderr, "ds4-mkmodel: error: {}\n", e.what());
-        return 2;
+        throw ds4::Error(fmt::format("error: {}", e.what()));
     }
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    return ds4::tools::guarded_main("ds4-mkmodel", [&] { return mkmodel_main(argc, argv); });
 }

@@ -2,15 +2,19 @@
 // vectors, self-consistency of prefill/decode and snapshots, transformers parity, and the modes
 // of capabilities still to come. Modes run one by one (--prefill-decode ...) or all (--all, or no
 // mode at all, as the reference's ds4_test). One line per check, then "N passed, N failed, N
-// skipped"; exit 1 when a check failed, 2 on a usage error.
+// skipped"; exit 1 when a check failed, 2 on a usage error (docs/CLI.md).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <map>
 
+#include "cli_app.h"
+#include "exit_codes.h"
 #include "modes.h"
 #include "repo_paths.h"
+#include "run_env.h"
+#include "tool_main.h"
 
 namespace {
 
@@ -19,9 +23,7 @@ std::string env_or(const char *name, const std::string &dflt) {
     return v && *v ? std::string(v) : dflt;
 }
 
-}  // namespace
-
-int main(int argc, char **argv) {
+int test_main(int argc, char **argv) {
     using namespace ds4::test;
     TestOptions opt;
     opt.model = env_or("DS4_TEST_MODEL", "");
@@ -30,9 +32,9 @@ int main(int argc, char **argv) {
                              ds4::tools::find_repo_file("tests/test-vectors/official.vec"));
     opt.fixtures_dir = ds4::tools::find_repo_file("tests/model/fixtures");
     opt.fixtures_gguf_dir = env_or("DS4_PARITY_GGUF_DIR", "");
-    opt.threads = std::atoi(env_or("DS4_THREADS", "0").c_str());
 
     CLI::App app{"ds4-test: official vectors, self-consistency and parity checks", "ds4-test"};
+    ds4::tools::configure_app(app, "ds4-test");
     bool all = false, list = false;
     std::map<std::string, bool> chosen;
     app.add_flag("--all", all, "Run every mode (the default when no mode is given)");
@@ -55,18 +57,17 @@ int main(int argc, char **argv) {
         ->capture_default_str();
     app.add_option("--fixtures-gguf-dir", opt.fixtures_gguf_dir,
                    "GGUFs from make_tiny_models.py --gguf-dir (default: DS4_PARITY_GGUF_DIR)");
-    app.add_option("-t,--threads", opt.threads, "CPU threads (default: DS4_THREADS or all cores)")
-        ->check(CLI::NonNegativeNumber);
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError &e) {
-        const int rc = app.exit(e);
-        return e.get_exit_code() == 0 ? rc : 2;
-    }
+    app.add_option("-t,--threads", opt.threads,
+                   "CPU threads; 0 (the default) = DS4_THREADS when set, else all cores")
+        ->check(ds4::tools::integer_in(0, ds4::tools::kMaxThreads));
+    if (const auto rc = ds4::tools::parse_args(app, argc, argv)) return *rc;
     if (list) {
         for (const auto &m : all_modes()) fmt::print("--{:<30} {}\n", m.name, m.help);
         return 0;
     }
+    // The environment is checked before any mode runs.
+    opt.threads = ds4::tools::resolve_threads(opt.threads, "ds4-test");
+    ds4::tools::check_simd_env();
     bool any = false;
     for (const auto &[name, on] : chosen) any = any || on;
 
@@ -75,5 +76,15 @@ int main(int argc, char **argv) {
     for (const auto &m : all_modes())
         if (all || !any || chosen[m.name]) m.run(env, rep);
     rep.print_summary();
-    return rep.failed() > 0 ? 1 : 0;
+    // The report is on stdout; a failed run also says so where every tool reports failure.
+    if (rep.failed() > 0)
+        fmt::print(stderr, "ds4-test: {} of {} checks failed (see the report above)\n",
+                   rep.failed(), rep.passed() + rep.failed());
+    return rep.failed() > 0 ? ds4::tools::kExitFailure : ds4::tools::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    return ds4::tools::guarded_main("ds4-test", [&] { return test_main(argc, argv); });
 }
