@@ -28,6 +28,7 @@
 #include "backend/cuda/float_matvec.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
 #include "backend/cuda/q2_k_matvec.h"
+#include "backend/cuda/q4_k_matvec.h"
 #include "backend/cuda/q8_0_matvec.h"
 #include "backend/cuda/q8_k_quantize.h"
 #include "quant/quant.h"
@@ -227,6 +228,11 @@ int run(int reps) {
         s, reps, copy_gbs, ds4::GgmlType::Q2_K, "routed q2_k x6", 4096, 2048,
         [&](const auto &w, const int32_t *ids, int n, const auto &act, float *y) {
             ds4::cuda::matvec_q2_K(w.experts(), ids, n, act, y, s);
+        });
+    bench_routed<ds4::cuda::Q4KWeights>(
+        s, reps, copy_gbs, ds4::GgmlType::Q4_K, "routed q4_k x6", 2048, 4096,
+        [&](const auto &w, const int32_t *ids, int n, const auto &act, float *y) {
+            ds4::cuda::matvec_q4_K(w.experts(), ids, n, act, y, s);
         });
     DS4_CUDA_CHECK(cudaGraphExecDestroy(ce_graph));
     DS4_CUDA_CHECK(cudaGraphExecDestroy(sm_graph));

@@ -8,8 +8,9 @@
 // A block of 256 threads computes R rows of one expert per warp, looping over row groups (a
 // grid of ~3 blocks per multiprocessor, so that per-block set-up such as lookup tables is paid
 // a few hundred times per launch, not once per 8 R rows). The weights of a super-block
-// (256 values) are 4 pieces of 16 bytes (4 consecutive lanes); each lane computes the integer
-// sums of its piece exactly, the 4 lanes add them (shuffles, exact), and the first applies the
+// (256 values) are kPieces pieces of 16 bytes (4 for IQ2_XXS and Q2_K, 8 for Q4_K; consecutive
+// lanes); each lane computes the integer sums of its piece exactly, the lanes of a super-block
+// add them (shuffles, exact), and the first applies the
 // super-block's scales, so every float term is the CPU's per-super-block term. The int8
 // activations are staged in shared memory once per block; all R rows' loads are issued before
 // any is used. Partial sums are reduced in a fixed order (a butterfly): the same bits every run.
@@ -24,7 +25,8 @@
 //   Sums add(Sums, Sums), Sums shuffle(Sums, lane_xor)   exact integer addition across lanes
 //   float term(Sums, Scales, dx)  the CPU's float term of one super-block
 //   kOutputScale                 a constant applied once to the row's sum (1/8 for IQ2_XXS)
-//   pointers: qs plane (64 bytes per super-block), scale plane of Scales::kBytes per super-block
+//   kPieces: 16-byte pieces of quants per super-block (a power of two up to 32)
+//   pointers: qs plane (16 kPieces bytes per super-block), scale plane of Scales::kBytes each
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,7 +37,6 @@
 namespace ds4::cuda::expert_matvec {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32, kQK = 256, kPieceBytes = 16;
-constexpr int kPiecesPerBlock = 4;  // 64 bytes of quants per super-block, 16 per lane
 
 template <class Format, int R>
 __global__ void __launch_bounds__(kThreads)
@@ -58,8 +59,8 @@ __global__ void __launch_bounds__(kThreads)
     const int8_t *sx = reinterpret_cast<const int8_t *>(sx4);
 
     const int64_t expert = ids[blockIdx.y];
-    const int64_t nb = k / kQK, row_bytes = nb * kPiecesPerBlock * kPieceBytes;
-    const int64_t pieces = nb * kPiecesPerBlock;
+    const int64_t nb = k / kQK, row_bytes = nb * Format::kPieces * kPieceBytes;
+    const int64_t pieces = nb * Format::kPieces;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint8_t *wbase = wq + expert * n_rows * row_bytes;
     const uint8_t *sbase = wscales + expert * n_rows * nb * Format::Scales::kBytes;
@@ -70,8 +71,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
         for (int64_t p0 = 0; p0 < pieces; p0 += 32) {
             const int64_t p = p0 + lane;
-            const bool active = p < pieces;  // pieces is a multiple of 4: super-blocks stay whole
-            const int64_t sb = p / kPiecesPerBlock;
+            const bool active = p < pieces;  // a multiple of kPieces: super-blocks stay whole
+            const int64_t sb = p / Format::kPieces;
             uint4 g[R];
             typename Format::Scales sc[R];
 #pragma unroll
@@ -93,9 +94,10 @@ __global__ void __launch_bounds__(kThreads)
             for (int r = 0; r < R; ++r) {
                 typename Format::Sums s{};
                 if (active) s = Format::dot(g[r], xp, tables, lane, sc[r]);
-                s = Format::add(s, Format::shuffle(s, 1));
-                s = Format::add(s, Format::shuffle(s, 2));
-                if (active && lane % kPiecesPerBlock == 0) acc[r] += Format::term(s, sc[r], dx);
+#pragma unroll
+                for (int o = 1; o < Format::kPieces; o *= 2)
+                    s = Format::add(s, Format::shuffle(s, o));
+                if (active && lane % Format::kPieces == 0) acc[r] += Format::term(s, sc[r], dx);
             }
         }
 #pragma unroll

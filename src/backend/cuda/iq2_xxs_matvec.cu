@@ -101,6 +101,7 @@ struct Iq2xxsFormat {
     struct Sums {
         int s = 0;
     };
+    static constexpr int kPieces = 4;
     static constexpr float kOutputScale = 0.125f;
 
     __device__ static Scales load_scales(const uint8_t *p, int64_t) {

@@ -28,6 +28,7 @@ struct Q2KFormat {
     struct Sums {
         int scaled = 0, mins = 0;
     };
+    static constexpr int kPieces = 4;
     static constexpr float kOutputScale = 1.0f;
 
     __device__ static Scales load_scales(const uint8_t *rec, int64_t p) {

@@ -1,0 +1,126 @@
+#include <cuda_fp16.h>
+
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/expert_matvec.cuh"
+#include "backend/cuda/q4_k_matvec.h"
+#include "common/error.h"
+#include "quant/blocks.h"
+
+namespace ds4::cuda {
+namespace {
+
+constexpr int kQK = 256;
+
+// The Q4_K format for expert_matvec.cuh. Quant bytes [32 c, 32 c + 32) hold sub-blocks 2 c (low
+// nibbles) and 2 c + 1 (high nibbles), value l of sub-block j at 32 j + l. Piece q (0..7) is
+// bytes [16 q, 16 q + 16): chunk c = q / 2, half h = q % 2, i.e. values 16 h .. 16 h + 15 of
+// both sub-blocks; bsums[2 j + h] is exactly the sum of those activations of sub-block j, so the
+// two pieces of a chunk split each mins term without overlap.
+struct Q4KFormat {
+    static constexpr int kTableBytes = 0;
+    __device__ static void load_tables(uint8_t *) {}
+    struct Scales {
+        static constexpr int kBytes = 16;
+        uint4 header{};  // f16 d, f16 dmin, 12 bytes of scales and mins
+    };
+    struct Sums {
+        int scaled = 0, mins = 0;
+    };
+    struct XPiece {
+        int4 lo, hi;       // activations of the piece's values in sub-blocks 2 c and 2 c + 1
+        int bs_lo, bs_hi;  // their sums
+        int c = 0;
+    };
+    static constexpr int kPieces = 8;
+    static constexpr float kOutputScale = 1.0f;
+
+    __device__ static Scales load_scales(const uint8_t *rec, int64_t) {
+        return {__ldcs(reinterpret_cast<const uint4 *>(rec))};
+    }
+    __device__ static XPiece load_x(const int8_t *sx, const int16_t *xbsums, int64_t p,
+                                    int64_t sb) {
+        const int q = int(p % 8), c = q / 2, h = q % 2;
+        const int8_t *x = sx + sb * kQK + 64 * c + 16 * h;
+        XPiece xp;
+        xp.lo = *reinterpret_cast<const int4 *>(x);
+        xp.hi = *reinterpret_cast<const int4 *>(x + 32);
+        xp.bs_lo = __ldg(xbsums + sb * 16 + 2 * (2 * c) + h);
+        xp.bs_hi = __ldg(xbsums + sb * 16 + 2 * (2 * c + 1) + h);
+        xp.c = c;
+        return xp;
+    }
+    // get_scale_min of quant/q4_k.cpp: scales (s[0..12)) -> (scale, min) of sub-block j.
+    __device__ static void scale_min(const uint8_t *s, int j, int &sc, int &m) {
+        if (j < 4) {
+            sc = s[j] & 63;
+            m = s[j + 4] & 63;
+        } else {
+            sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+            m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        }
+    }
+    __device__ static Sums dot(uint4 g, const XPiece &xp, const uint8_t *, int, const Scales &sc) {
+        const uint32_t m = 0x0f0f0f0fu;
+        int lo = __dp4a(int(g.x & m), xp.lo.x, 0);
+        lo = __dp4a(int(g.y & m), xp.lo.y, lo);
+        lo = __dp4a(int(g.z & m), xp.lo.z, lo);
+        lo = __dp4a(int(g.w & m), xp.lo.w, lo);
+        int hi = __dp4a(int((g.x >> 4) & m), xp.hi.x, 0);
+        hi = __dp4a(int((g.y >> 4) & m), xp.hi.y, hi);
+        hi = __dp4a(int((g.z >> 4) & m), xp.hi.z, hi);
+        hi = __dp4a(int((g.w >> 4) & m), xp.hi.w, hi);
+        const uint8_t *s = reinterpret_cast<const uint8_t *>(&sc.header) + 4;
+        int sc_lo, m_lo, sc_hi, m_hi;
+        scale_min(s, 2 * xp.c, sc_lo, m_lo);
+        scale_min(s, 2 * xp.c + 1, sc_hi, m_hi);
+        return {sc_lo * lo + sc_hi * hi, m_lo * xp.bs_lo + m_hi * xp.bs_hi};
+    }
+    __device__ static Sums add(Sums a, Sums b) { return {a.scaled + b.scaled, a.mins + b.mins}; }
+    __device__ static Sums shuffle(Sums a, int x) {
+        return {__shfl_xor_sync(0xffffffffu, a.scaled, x), __shfl_xor_sync(0xffffffffu, a.mins, x)};
+    }
+    __device__ static float term(Sums s, const Scales &sc, float dx) {
+        const float d = __half2float(__ushort_as_half(uint16_t(sc.header.x & 0xffffu)));
+        const float dmin = __half2float(__ushort_as_half(uint16_t(sc.header.x >> 16)));
+        const float dall = __fmul_rn(dx, d), dm = __fmul_rn(dx, dmin);
+        return __fsub_rn(__fmul_rn(dall, float(s.scaled)), __fmul_rn(dm, float(s.mins)));
+    }
+};
+
+}  // namespace
+
+Q4KPlanes repack_q4_K(const void *ggml_blocks, int64_t n_blocks) {
+    const auto *blocks = static_cast<const quant::BlockQ4_K *>(ggml_blocks);
+    Q4KPlanes p;
+    p.qs.resize(size_t(n_blocks) * 128);
+    p.headers.resize(size_t(n_blocks) * 16);
+    for (int64_t i = 0; i < n_blocks; ++i) {
+        std::memcpy(p.qs.data() + i * 128, blocks[i].qs, 128);
+        std::memcpy(p.headers.data() + i * 16, &blocks[i], 16);  // d, dmin, scales
+    }
+    return p;
+}
+
+Q4KWeights::Q4KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64_t n_experts) {
+    if (k % kQK != 0) throw ds4::Error("Q4_K rows must hold a multiple of 256 values");
+    const Q4KPlanes p = repack_q4_K(ggml_blocks, n_experts * n_rows * (k / kQK));
+    qs_ = DeviceBuffer(p.qs.size());
+    headers_ = DeviceBuffer(p.headers.size());
+    DS4_CUDA_CHECK(cudaMemcpy(qs_.get(), p.qs.data(), qs_.bytes(), cudaMemcpyHostToDevice));
+    DS4_CUDA_CHECK(
+        cudaMemcpy(headers_.get(), p.headers.data(), headers_.bytes(), cudaMemcpyHostToDevice));
+    expert_matvec::prepare<Q4KFormat>();
+    view_ = {qs_.as<uint8_t>(), headers_.as<uint8_t>(), n_rows, k, n_experts};
+}
+
+void matvec_q4_K(const Q4KExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
+                 float *y, cudaStream_t stream, bool x_per_slot) {
+    if (n_ids <= 0 || w.n_rows == 0) return;
+    expert_matvec::launch<Q4KFormat>(w.qs, w.headers, w.n_rows, w.k, ids, n_ids, x_per_slot, x.q,
+                                     x.d, x.bsums, y, stream);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ds4::cuda
