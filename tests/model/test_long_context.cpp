@@ -58,10 +58,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::vector<int32_t> fixture_tokens() {
+nlohmann::json fixture_prompt() {
     std::ifstream in(kFixture + "/index.json");
     if (!in) return {};
-    return nlohmann::json::parse(in).at("prompts").at(0).at("tokens").get<std::vector<int32_t>>();
+    return nlohmann::json::parse(in).at("prompts").at(0);
+}
+
+std::vector<int32_t> fixture_tokens() {
+    const auto p = fixture_prompt();
+    return p.is_null() ? std::vector<int32_t>{} : p.at("tokens").get<std::vector<int32_t>>();
 }
 
 TEST(LongContext, TransformersLogitsUpTo8K) {
@@ -87,7 +92,8 @@ TEST(LongContext, TransformersLogitsUpTo8K) {
         "%.3g (bound %g), top-1 equal %zu, %.1f s\n",
         r.rows_compared, r.max_abs_diff, r.worst_position, r.max_abs_ref, r.ratio(), kLongBound,
         r.top1_same, seconds_since(t0));
-    EXPECT_EQ(r.rows_compared, 190u);
+    EXPECT_EQ(r.rows_compared, fixture_prompt().at("rows").get<size_t>());
+    EXPECT_GE(r.rows_compared, 180u);  // 192 positions, less the near-ties (2 when it was made)
     EXPECT_EQ(r.top1_same, r.rows_compared);
     EXPECT_LE(r.ratio(), kLongBound);
 }
