@@ -444,6 +444,13 @@ def test_fixtures_match_the_rebuilt_models(model, tmp_path):
             assert tm.sha256_file(tm.fixture_dir(model) / f["file"]) == f["sha256"], f["file"]
         if not tm.MODELS[model].get("_real_vocab"):
             assert p["tokens"][:p["n_prompt"]] == tm.prompt_tokens(model)[p["name"]]
+        if tm.MODELS[model].get("_long"):  # the stored positions: the rule, less the listed near-ties
+            m = p["selection_margins"]
+            left_out = {e["position"] for e in m["near_ties_left_out"]}
+            assert p["full_row_positions"] == [q for q in tm.long_positions(model, p["n_prompt"]) if q not in left_out]
+            assert all(e["router"] < m["threshold"] or e["indexer"] < m["threshold"] for e in m["near_ties_left_out"])
+            assert min(m["router_at_stored_positions"]) >= m["threshold"]
+            assert min(x for x in m["indexer_at_stored_positions"] if x is not None) >= m["threshold"]
     if idx["gguf"]:
         g = tm.fixture_dir(model) / idx["gguf"]["file"]
         fresh = tmp_path / "fresh.gguf"
