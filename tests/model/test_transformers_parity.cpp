@@ -3,7 +3,7 @@
 // tools/common/transformers_parity (shared with ds4-test --transformers-parity). The expected
 // logits come from make_tiny_models.py --oracle; this test needs no Python.
 //
-// Bound (the issue's): max |ours - theirs| over every position and vocabulary entry, divided by
+// Bound: max |ours - theirs| over every position and vocabulary entry, divided by
 // max |theirs|, at most 1e-4, with QAT simulation off (transformers has none); the greedy
 // continuation equal token for token; chunked prefill equal to token-by-token, bit for bit.
 #include <fmt/format.h>
