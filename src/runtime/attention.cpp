@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/attention_mix.h"
 #include "backend/cpu/qat_sim.h"
 #include "backend/cpu/vector_ops.h"
 #include "quant/quant.h"
@@ -44,22 +45,9 @@ void attend(ForwardContext &ctx, uint32_t il, const float *q, const std::vector<
                     scores[size_t(h - h0) * n_rows + j] =
                         f32_dot.vec_dot(D, rows.data() + j * D, q + size_t(h) * D);
         for (int64_t h = h0; h < h1; ++h) {
-            float *sc = scores.data() + size_t(h - h0) * n_rows;
-            float mx = sinks[h];
-            for (size_t j = 0; j < n_rows; ++j) {
-                sc[j] *= scale;
-                mx = std::max(mx, sc[j]);
-            }
-            float den = std::exp(sinks[h] - mx);
             float *oh = o + size_t(h) * D;
-            std::fill(oh, oh + D, 0.0f);
-            for (size_t j = 0; j < n_rows; ++j) {
-                const float e = std::exp(sc[j] - mx);
-                den += e;
-                const float *v = rows.data() + j * D;
-                for (uint32_t d = 0; d < D; ++d) oh[d] += e * v[d];
-            }
-            for (uint32_t d = 0; d < D; ++d) oh[d] /= den;
+            attention_mix_head(scores.data() + size_t(h - h0) * n_rows, n_rows, scale, sinks[h],
+                               rows.data(), D, oh);
             rope_tail(oh, D, rope, p, true);
         }
     });

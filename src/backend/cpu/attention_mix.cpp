@@ -1,0 +1,26 @@
+#include "backend/cpu/attention_mix.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ds4::backend::cpu {
+
+void attention_mix_head(float *sc, size_t n_rows, float scale, float sink, const float *rows,
+                        uint32_t D, float *oh) {
+    float mx = sink;
+    for (size_t j = 0; j < n_rows; ++j) {
+        sc[j] *= scale;
+        mx = std::max(mx, sc[j]);
+    }
+    float den = std::exp(sink - mx);
+    std::fill(oh, oh + D, 0.0f);
+    for (size_t j = 0; j < n_rows; ++j) {
+        const float e = std::exp(sc[j] - mx);
+        den += e;
+        const float *v = rows + j * D;
+        for (uint32_t d = 0; d < D; ++d) oh[d] += e * v[d];
+    }
+    for (uint32_t d = 0; d < D; ++d) oh[d] /= den;
+}
+
+}  // namespace ds4::backend::cpu
