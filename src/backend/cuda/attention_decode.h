@@ -1,0 +1,28 @@
+#pragma once
+// Decode attention of one token on the device, the twin of the CPU's (runtime/attention.cpp's
+// attend with backend/cpu/attention_mix.h): H query heads of d values against n_rows visible
+// rows (K = V = the row: the raw window, then the selected compressed rows).
+//   attention_scores: scores[h][j] = f32(sum_i q[h][i] rows[j][i]), exact double products summed
+//     in double (the F32 vec_dot of the CPU), so equal to one f32 ulp but for heavy
+//     cancellation;
+//   attention_mix: per head, the CPU's attention_mix_head: scores scaled in place, the sink in
+//     the denominator only, e_j and the sums over rows in row order, unfused, so the only
+//     difference is exp (double, rounded to f32, against the CPU's f32 libm call).
+// The inverse RoPE on the output's tail is vector_ops.h rope_tail.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ds4::cuda {
+
+// q: [n_heads][d]; rows: [n_rows][d]; scores: [n_heads][n_rows] (all device). d a multiple of
+// 32, at most 512.
+void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
+                      float *scores, cudaStream_t stream);
+
+// scores as attention_scores wrote them (overwritten: scaled, then by exp(s - max));
+// sinks: [n_heads]; o: [n_heads][d]. d at most 1024.
+void attention_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks,
+                   float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream);
+
+}  // namespace ds4::cuda
