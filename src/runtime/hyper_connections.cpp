@@ -60,31 +60,39 @@ std::vector<float> sinkhorn(const float *logits, uint32_t n, uint32_t iters, flo
     return c;
 }
 
+HcMix hc_mix_from(const float *mt, const float *s, const float *b, uint32_t n, uint32_t iters,
+                  float eps) {
+    HcMix mix;
+    mix.pre.resize(n);
+    mix.post.resize(n);
+    for (uint32_t h = 0; h < n; ++h) {
+        mix.pre[h] = sigmoid(mt[h] * s[0] + b[h]) + eps;
+        mix.post[h] = 2.0f * sigmoid(mt[n + h] * s[1] + b[n + h]);
+    }
+    std::vector<float> logits(size_t(n) * n);
+    for (uint32_t k = 0; k < n * n; ++k) logits[k] = mt[2 * n + k] * s[2] + b[2 * n + k];
+    mix.comb = sinkhorn(logits.data(), n, iters, eps);
+    return mix;
+}
+
+void hc_combine(const float *pre, const float *X, uint32_t n, uint32_t E, float *x) {
+    std::fill(x, x + E, 0.0f);
+    for (uint32_t h = 0; h < n; ++h)
+        for (uint32_t d = 0; d < E; ++d) x[d] += pre[h] * X[size_t(h) * E + d];
+}
+
 std::vector<HcMix> hc_pre(ForwardContext &ctx, model::Tensor fn, model::Tensor scale,
                           model::Tensor base, const std::vector<float> &X, int64_t m,
                           std::vector<float> &x_in) {
     const uint32_t n = ctx.hp.n_hc, E = ctx.hp.n_embd, n_mix = ctx.hp.n_hc_mix();
     const std::vector<float> mixes = hc_mixes(ctx, fn, X.data(), m);
-    const float *s = f32(scale), *b = f32(base);
-    const float eps = ctx.hp.hc_eps;
     std::vector<HcMix> out(m);
     x_in.assign(size_t(m) * E, 0.0f);
     for (int64_t t = 0; t < m; ++t) {
-        const float *mt = mixes.data() + t * n_mix;
-        HcMix &mix = out[t];
-        mix.pre.resize(n);
-        mix.post.resize(n);
-        for (uint32_t h = 0; h < n; ++h) {
-            mix.pre[h] = sigmoid(mt[h] * s[0] + b[h]) + eps;
-            mix.post[h] = 2.0f * sigmoid(mt[n + h] * s[1] + b[n + h]);
-        }
-        std::vector<float> logits(size_t(n) * n);
-        for (uint32_t k = 0; k < n * n; ++k) logits[k] = mt[2 * n + k] * s[2] + b[2 * n + k];
-        mix.comb = sinkhorn(logits.data(), n, ctx.hp.sinkhorn_iters, eps);
-        const float *Xt = X.data() + size_t(t) * n * E;
-        float *xt = x_in.data() + size_t(t) * E;
-        for (uint32_t h = 0; h < n; ++h)
-            for (uint32_t d = 0; d < E; ++d) xt[d] += mix.pre[h] * Xt[size_t(h) * E + d];
+        out[t] = hc_mix_from(mixes.data() + t * n_mix, f32(scale), f32(base), n,
+                             ctx.hp.sinkhorn_iters, ctx.hp.hc_eps);
+        hc_combine(out[t].pre.data(), X.data() + size_t(t) * n * E, n, E,
+                   x_in.data() + size_t(t) * E);
     }
     return out;
 }

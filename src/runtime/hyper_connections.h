@@ -24,6 +24,13 @@ void hc_post(const HcMix &mix, const float *y, uint32_t n_embd, float *X);
 // The output head's reduction of one token's streams to one vector.
 void hc_head(ForwardContext &ctx, const float *X, std::vector<float> &out);
 
+// The mix of one token from its n_hc_mix mixer outputs mt and the layer's scale[3] and base:
+// pre = sigmoid(mt s0 + b) + eps, post = 2 sigmoid(mt s1 + b), comb = sinkhorn(mt s2 + b).
+HcMix hc_mix_from(const float *mt, const float *scale, const float *base, uint32_t n_hc,
+                  uint32_t sinkhorn_iters, float eps);
+// x = sum_h pre[h] X[h] over one token's n_hc streams of n_embd values, in stream order.
+void hc_combine(const float *pre, const float *X, uint32_t n_hc, uint32_t n_embd, float *x);
+
 // The Sinkhorn normalisation alone (exposed for tests): logits of an n x n matrix -> row-wise
 // softmax + eps, then alternate column/row normalisation, `iters` passes in all.
 std::vector<float> sinkhorn(const float *logits, uint32_t n, uint32_t iters, float eps);
