@@ -1,0 +1,105 @@
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/hyper_connections.h"
+#include "common/error.h"
+
+namespace ds4::cuda {
+namespace {
+
+__device__ __forceinline__ float exp_f(float x) {
+    return static_cast<float>(exp(static_cast<double>(x)));
+}
+__device__ __forceinline__ float sigmoid(float z) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_f(-z)));
+}
+
+// runtime/hyper_connections.cpp hc_mix_from and sinkhorn, in one thread.
+__global__ void hc_mix_kernel(const float *mt, const float *s, const float *b, int n, int iters,
+                              float eps, float *pre, float *post, float *comb) {
+    for (int h = 0; h < n; ++h) {
+        pre[h] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mt[h], s[0]), b[h])), eps);
+        post[h] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mt[n + h], s[1]), b[n + h])));
+    }
+    float c[kMaxHcStreams * kMaxHcStreams];
+    for (int i = 0; i < n; ++i) {
+        float logit[kMaxHcStreams];
+        float mx = -INFINITY;
+        for (int j = 0; j < n; ++j) {
+            logit[j] = __fadd_rn(__fmul_rn(mt[2 * n + i * n + j], s[2]), b[2 * n + i * n + j]);
+            mx = mx < logit[j] ? logit[j] : mx;  // std::max
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < n; ++j)
+            sum = __fadd_rn(sum, c[i * n + j] = exp_f(__fsub_rn(logit[j], mx)));
+        for (int j = 0; j < n; ++j) c[i * n + j] = __fadd_rn(__fdiv_rn(c[i * n + j], sum), eps);
+    }
+    auto normalize = [&](bool cols) {
+        for (int a = 0; a < n; ++a) {
+            float t = 0.0f;
+            for (int q = 0; q < n; ++q) t = __fadd_rn(t, cols ? c[q * n + a] : c[a * n + q]);
+            const float den = __fadd_rn(t, eps);
+            for (int q = 0; q < n; ++q) {
+                float &v = cols ? c[q * n + a] : c[a * n + q];
+                v = __fdiv_rn(v, den);
+            }
+        }
+    };
+    normalize(true);
+    for (int it = 1; it < iters; ++it) {
+        normalize(false);
+        normalize(true);
+    }
+    for (int k = 0; k < n * n; ++k) comb[k] = c[k];
+}
+
+__global__ void hc_combine_kernel(const float *__restrict__ pre, const float *__restrict__ X, int n,
+                                  int64_t e, float *__restrict__ x) {
+    const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (d >= e) return;
+    float acc = 0.0f;
+    for (int h = 0; h < n; ++h) acc = __fadd_rn(acc, __fmul_rn(pre[h], X[h * e + d]));
+    x[d] = acc;
+}
+
+__global__ void hc_post_kernel(const float *__restrict__ post, const float *__restrict__ comb,
+                               const float *__restrict__ y, int n, int64_t e, float *X) {
+    const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (d >= e) return;
+    float xi[kMaxHcStreams];
+    for (int i = 0; i < n; ++i) xi[i] = X[i * e + d];
+    for (int j = 0; j < n; ++j) {
+        float acc = __fmul_rn(post[j], y[d]);
+        for (int i = 0; i < n; ++i) acc = __fadd_rn(acc, __fmul_rn(comb[i * n + j], xi[i]));
+        X[j * e + d] = acc;
+    }
+}
+
+void check_streams(int n) {
+    if (n < 1 || n > kMaxHcStreams)
+        throw ds4::Error("hyper-connections on the GPU take 1 to 8 streams");
+}
+
+}  // namespace
+
+void hc_mix(const float *mixes, const float *scale, const float *base, int n, int sinkhorn_iters,
+            float eps, float *pre, float *post, float *comb, cudaStream_t stream) {
+    check_streams(n);
+    hc_mix_kernel<<<1, 1, 0, stream>>>(mixes, scale, base, n, sinkhorn_iters, eps, pre, post, comb);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_combine(const float *pre, const float *X, int n, int64_t e, float *x, cudaStream_t stream) {
+    check_streams(n);
+    if (e == 0) return;
+    hc_combine_kernel<<<unsigned((e + 255) / 256), 256, 0, stream>>>(pre, X, n, e, x);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_post(const float *post, const float *comb, const float *y, int n, int64_t e, float *X,
+             cudaStream_t stream) {
+    check_streams(n);
+    if (e == 0) return;
+    hc_post_kernel<<<unsigned((e + 255) / 256), 256, 0, stream>>>(post, comb, y, n, e, X);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ds4::cuda

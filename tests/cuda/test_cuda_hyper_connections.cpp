@@ -1,0 +1,79 @@
+// Hyper-connection kernels against their CPU twins (runtime/hyper_connections.h): the mix (pre,
+// post, Sinkhorn comb) within 4 ulps (exp: the device rounds a double result, the CPU calls f32
+// libm), the stream combination and the post update bit for bit on identical inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/hyper_connections.h"
+#include "cuda_test_util.h"
+#include "runtime/hyper_connections.h"
+
+namespace ds4::cuda {
+namespace {
+
+using test::random_floats;
+using test::to_device;
+using test::to_host;
+
+double ulps(float a, float b) {
+    if (a == b) return 0;
+    return std::fabs(double(a) - double(b)) /
+           std::fabs(double(std::nextafter(b, INFINITY)) - double(b));
+}
+
+TEST(CudaHc, MixEqualsCpuWithinUlps) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int kN = 4, kMix = 2 * kN + kN * kN;
+    for (uint64_t seed = 1; seed <= 30; ++seed) {
+        const auto mt = random_floats(kMix, seed, 4.0f),
+                   base = random_floats(kMix, 50 + seed, 1.0f);
+        const std::vector<float> scale = {0.7f, 1.3f, 2.1f};
+        const runtime::HcMix want =
+            runtime::hc_mix_from(mt.data(), scale.data(), base.data(), kN, 20, 1e-6f);
+        const DeviceBuffer dm = to_device(mt), ds = to_device(scale), db = to_device(base);
+        DeviceBuffer pre(kN * 4), post(kN * 4), comb(kN * kN * 4);
+        hc_mix(dm.as<float>(), ds.as<float>(), db.as<float>(), kN, 20, 1e-6f, pre.as<float>(),
+               post.as<float>(), comb.as<float>(), nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto gp = to_host<float>(pre, kN), gq = to_host<float>(post, kN),
+                   gc = to_host<float>(comb, kN * kN);
+        for (int i = 0; i < kN; ++i) {
+            ASSERT_LE(ulps(gp[size_t(i)], want.pre[size_t(i)]), 4.0) << "pre " << i;
+            ASSERT_LE(ulps(gq[size_t(i)], want.post[size_t(i)]), 4.0) << "post " << i;
+        }
+        // 20 Sinkhorn passes of divisions: a few ulps of drift from one exp ulp.
+        for (int k = 0; k < kN * kN; ++k)
+            ASSERT_LE(ulps(gc[size_t(k)], want.comb[size_t(k)]), 16.0)
+                << "comb " << k << " seed " << seed;
+    }
+}
+
+TEST(CudaHc, CombineAndPostBitForBit) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int kN = 4;
+    constexpr int64_t kE = 4096 + 3;
+    const auto X = random_floats(kN * kE, 3, 10.0f), y = random_floats(kE, 4, 10.0f);
+    const auto pre = random_floats(kN, 5, 1.0f), post = random_floats(kN, 6, 2.0f),
+               comb = random_floats(kN * kN, 7, 1.0f);
+    std::vector<float> want_x(kE);
+    runtime::hc_combine(pre.data(), X.data(), kN, uint32_t(kE), want_x.data());
+    runtime::HcMix mix{pre, post, comb};
+    std::vector<float> want_X(X);
+    runtime::hc_post(mix, y.data(), uint32_t(kE), want_X.data());
+
+    const DeviceBuffer dpre = to_device(pre), dpost = to_device(post), dcomb = to_device(comb),
+                       dy = to_device(y);
+    DeviceBuffer dX = to_device(X), dx(kE * 4);
+    hc_combine(dpre.as<float>(), dX.as<float>(), kN, kE, dx.as<float>(), nullptr);
+    hc_post(dpost.as<float>(), dcomb.as<float>(), dy.as<float>(), kN, kE, dX.as<float>(), nullptr);
+    DS4_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto gx = to_host<float>(dx, kE), gX = to_host<float>(dX, X.size());
+    ASSERT_EQ(std::memcmp(gx.data(), want_x.data(), gx.size() * 4), 0);
+    ASSERT_EQ(std::memcmp(gX.data(), want_X.data(), gX.size() * 4), 0);
+}
+
+}  // namespace
+}  // namespace ds4::cuda
