@@ -9,6 +9,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/attention_mix.h"
@@ -83,7 +84,12 @@ TEST_P(CudaAttention, ScoresAndMixEqualCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Values(Case{64, 512, 640}, Case{64, 512, 1}, Case{64, 512, 131},
-                                           Case{3, 64, 17}, Case{13, 96, 200}));
+                                           Case{3, 64, 17}, Case{13, 96, 200}),
+                         [](const auto &info) {
+                             return std::to_string(info.param.n_heads) + "heads_" +
+                                    std::to_string(info.param.d) + "d_" +
+                                    std::to_string(info.param.n_rows) + "rows";
+                         });
 
 }  // namespace
 }  // namespace ds4::cuda

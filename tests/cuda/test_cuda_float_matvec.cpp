@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/float_matvec.h"
@@ -77,7 +78,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{GgmlType::F16, 8192, 1024}, Case{GgmlType::F16, 64, 4096},
                       Case{GgmlType::F16, 37, 96}, Case{GgmlType::F32, 37, 96},
                       Case{GgmlType::F32, 300, 2048}, Case{GgmlType::BF16, 24, 16384},
-                      Case{GgmlType::BF16, 129, 520}, Case{GgmlType::F16, 1, 8}));
+                      Case{GgmlType::BF16, 129, 520}, Case{GgmlType::F16, 1, 8}),
+    [](const auto &info) {
+        return std::string(ggml_type_name(info.param.type)) + "_" +
+               std::to_string(info.param.n_rows) + "x" + std::to_string(info.param.k);
+    });
 
 }  // namespace
 }  // namespace ds4::cuda

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
@@ -154,7 +155,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaQ8_0Matvec,
                          ::testing::Values(MatvecCase{1024, 4096}, MatvecCase{512, 4096},
                                            MatvecCase{32768, 1024}, MatvecCase{4096, 8192},
                                            MatvecCase{4096, 2048}, MatvecCase{37, 96},
-                                           MatvecCase{8193, 544}, MatvecCase{1, 32}));
+                                           MatvecCase{8193, 544}, MatvecCase{1, 32}),
+                         [](const auto &info) {
+                             return std::to_string(info.param.n_rows) + "x" +
+                                    std::to_string(info.param.k);
+                         });
 
 }  // namespace
 }  // namespace ds4::cuda
