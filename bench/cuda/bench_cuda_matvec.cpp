@@ -86,6 +86,20 @@ cudaGraphExec_t capture(cudaStream_t s, F &&body) {
     return exec;
 }
 
+// Replays a captured graph of `launches` matvecs over `bytes` of weights each and prints the
+// table row: time per matvec, GB/s and the ratio to the copy. The graph is destroyed.
+template <class Body>
+void measure_row(cudaStream_t s, int reps, double copy_gbs, const char *name, int64_t rows,
+                 int64_t k, double bytes, int launches, Body &&body) {
+    cudaGraphExec_t g = capture(s, body);
+    const double ms = median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(g, s)); });
+    const double us = ms * 1e3 / launches;
+    const double gbs = bytes / (us * 1e-6) / 1e9;
+    fmt::print("{:<16} {:>7} {:>6} {:>9.1f} {:>10.2f} {:>9.0f} {:>8.2f}\n", name, rows, k,
+               bytes / 1e6, us, gbs, gbs / copy_gbs);
+    DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
+}
+
 // One routed projection of one layer: 6 experts of a [256][rows][k] tensor of the published
 // shape per launch, the ids on the device; consecutive launches take the next 6 experts, so 43
 // launches read the whole tensor (553 MB for the IQ2_XXS gate, 704 MB for the Q2_K down), well
@@ -106,17 +120,11 @@ void bench_routed(cudaStream_t s, int reps, double copy_gbs, ds4::GgmlType type,
     const ds4::cuda::Q8_KActivation act{xq.as<int8_t>(), xd.as<float>(), xb.as<int16_t>()};
     ds4::cuda::quantize_q8_K_activation(dx.as<float>(), k, act, s);
     const int launches = int((kExperts + kUsed - 1) / kUsed);
-    auto g = capture(s, [&] {
+    const double bytes = double(kUsed) * double(ds4::quant::row_size(type, k)) * double(rows);
+    measure_row(s, reps, copy_gbs, name, rows, k, bytes, launches, [&] {
         for (int j = 0; j < launches; ++j)
             launch(w, dids.as<int32_t>() + (j * kUsed) % kExperts, int(kUsed), act, y.as<float>());
     });
-    const double ms = median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(g, s)); });
-    const double us = ms * 1e3 / launches;
-    const double bytes = double(kUsed) * double(ds4::quant::row_size(type, k)) * double(rows);
-    const double gbs = bytes / (us * 1e-6) / 1e9;
-    fmt::print("{:<16} {:>7} {:>6} {:>9.1f} {:>10.2f} {:>9.0f} {:>8.2f}\n", name, rows, k,
-               bytes / 1e6, us, gbs, gbs / copy_gbs);
-    DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
 }
 
 // F16 matrices of one layer: the hyper-connection mixer (24 rows of 16384), the router, a
@@ -145,17 +153,11 @@ void bench_float(cudaStream_t s, int reps, double copy_gbs, size_t min_total) {
         DeviceBuffer dx(size_t(sh.k) * 4), y(size_t(sh.n_rows) * 4),
             scratch(std::max<size_t>(8, ds4::cuda::float_matvec_scratch_bytes(probe)));
         DS4_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
-        auto g = capture(s, [&] {
+        measure_row(s, reps, copy_gbs, sh.name, sh.n_rows, sh.k, double(bytes), copies, [&] {
             for (const auto &m : mats)
                 ds4::cuda::matvec_float({ds4::GgmlType::F16, m.get(), sh.n_rows, sh.k},
                                         dx.as<float>(), y.as<float>(), scratch.get(), s);
         });
-        const double ms = median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(g, s)); });
-        const double us = ms * 1e3 / copies;
-        const double gbs = double(bytes) / (us * 1e-6) / 1e9;
-        fmt::print("{:<16} {:>7} {:>6} {:>9.1f} {:>10.2f} {:>9.0f} {:>8.2f}\n", sh.name, sh.n_rows,
-                   sh.k, bytes / 1e6, us, gbs, gbs / copy_gbs);
-        DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
     }
 }
 
@@ -206,17 +208,11 @@ int run(int reps) {
         DS4_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
         ds4::cuda::quantize_q8_0_activation(dx.as<float>(), sh.k, xq.as<int8_t>(), xd.as<float>(),
                                             s);
-        auto g = capture(s, [&] {
+        measure_row(s, reps, copy_gbs, sh.name, sh.n_rows, sh.k, double(bytes), copies, [&] {
             for (const auto &m : mats)
                 ds4::cuda::matvec_q8_0(m.matrix(), xq.as<int8_t>(), xd.as<float>(), y.as<float>(),
                                        s);
         });
-        const double ms = median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(g, s)); });
-        const double us = ms * 1e3 / copies;
-        const double gbs = double(bytes) / (us * 1e-6) / 1e9;
-        fmt::print("{:<16} {:>7} {:>6} {:>9.1f} {:>10.2f} {:>9.0f} {:>8.2f}\n", sh.name, sh.n_rows,
-                   sh.k, bytes / 1e6, us, gbs, gbs / copy_gbs);
-        DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
     }
     bench_float(s, reps, copy_gbs, min_total);
     bench_routed<ds4::cuda::Iq2xxsWeights>(

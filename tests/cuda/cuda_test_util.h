@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -35,6 +36,20 @@ std::vector<T> to_host(const DeviceBuffer &b, size_t n) {
     std::vector<T> v(n);
     if (n) DS4_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
     return v;
+}
+
+// |a - b| in units of the f32 spacing at b; two NaNs are equal, a NaN against a number is far.
+inline double ulps(float a, float b) {
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : 1e30;
+    if (a == b) return 0;
+    return std::fabs(double(a) - double(b)) /
+           std::fabs(double(std::nextafter(b, INFINITY)) - double(b));
+}
+
+inline float f16_value(uint16_t h) {
+    float f;
+    quant::dequantize_row(GgmlType::F16, &h, &f, 1);
+    return f;
 }
 
 inline std::vector<float> random_floats(int64_t n, uint64_t seed, float magnitude) {

@@ -17,12 +17,7 @@ namespace {
 using test::random_floats;
 using test::to_device;
 using test::to_host;
-
-double ulps(float a, float b) {
-    if (a == b) return 0;
-    return std::fabs(double(a) - double(b)) /
-           std::fabs(double(std::nextafter(b, INFINITY)) - double(b));
-}
+using test::ulps;
 
 TEST(CudaHc, MixEqualsCpuWithinUlps) {
     DS4_REQUIRE_CUDA_DEVICE();

@@ -23,13 +23,7 @@ namespace {
 using test::random_floats;
 using test::to_device;
 using test::to_host;
-
-// |a - b| in units of the f32 spacing at b (NaN equal to NaN).
-double ulps(float a, float b) {
-    if (std::isnan(a) && std::isnan(b)) return 0;
-    return std::fabs(double(a) - double(b)) /
-           std::fabs(double(std::nextafter(b, INFINITY)) - double(b));
-}
+using test::ulps;
 
 TEST(CudaRoute, SameExpertsAndWeightsAsCpu) {
     DS4_REQUIRE_CUDA_DEVICE();

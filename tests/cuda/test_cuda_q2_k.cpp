@@ -14,12 +14,6 @@
 namespace ds4::cuda {
 namespace {
 
-float f16(uint16_t h) {
-    float f;
-    quant::dequantize_row(GgmlType::F16, &h, &f, 1);
-    return f;
-}
-
 TEST(CudaQ2K, ExpertMatvecEqualsCpuWithinReassociationBound) {
     DS4_REQUIRE_CUDA_DEVICE();
     for (const bool per_slot : {false, true})
@@ -43,9 +37,9 @@ TEST(CudaQ2K, ExpertMatvecEqualsCpuWithinReassociationBound) {
                             for (int l = 0; l < 16; ++l)
                                 ax += std::fabs(double(xb[size_t(s)].qs[16 * sub + l]));
                             const double dx = std::fabs(double(xb[size_t(s)].d));
-                            sum += dx * std::fabs(double(f16(b[s].d))) * (b[s].scales[sub] & 15) *
-                                       3 * ax +
-                                   dx * std::fabs(double(f16(b[s].dmin))) *
+                            sum += dx * std::fabs(double(test::f16_value(b[s].d))) *
+                                       (b[s].scales[sub] & 15) * 3 * ax +
+                                   dx * std::fabs(double(test::f16_value(b[s].dmin))) *
                                        (b[s].scales[sub] >> 4) *
                                        std::fabs(double(xb[size_t(s)].bsums[sub]));
                         }

@@ -14,12 +14,6 @@
 namespace ds4::cuda {
 namespace {
 
-float f16(uint16_t h) {
-    float f;
-    quant::dequantize_row(GgmlType::F16, &h, &f, 1);
-    return f;
-}
-
 // The 6-bit scale and min of sub-block j (ggml's packing of Q4_K's 12 scale bytes).
 void scale_min(const uint8_t *s, int j, int &sc, int &m) {
     if (j < 4) {
@@ -56,8 +50,8 @@ TEST(CudaQ4K, ExpertMatvecEqualsCpuWithinReassociationBound) {
                             scale_min(b[s].scales, j, sc, m);
                             double ax = 0;
                             for (int l = 0; l < 32; ++l) ax += std::fabs(double(x.qs[32 * j + l]));
-                            sum += dx * std::fabs(double(f16(b[s].d))) * sc * 15 * ax +
-                                   dx * std::fabs(double(f16(b[s].dmin))) * m *
+                            sum += dx * std::fabs(double(test::f16_value(b[s].d))) * sc * 15 * ax +
+                                   dx * std::fabs(double(test::f16_value(b[s].dmin))) * m *
                                        std::fabs(double(x.bsums[2 * j] + x.bsums[2 * j + 1]));
                         }
                     }
