@@ -41,9 +41,9 @@ pip_install "${pip_packages[@]}"
 # llama.cpp, the second engine of tests/llamacpp and the ggml quantizer of
 # tests/quant/test_iq2_xxs_vs_ggml.py, through llama-cpp-python 0.3.36 (the release whose bundled
 # llama.cpp has the deepseek4 architecture), built from source for this CPU: CPU backend only, no
-# BLAS / GPU / server / examples / tools / multimodal library, no ccache, in parallel. Measured on
-# 2 cores: 750 s of CPU, ~7 min on 2 idle cores (37 min with the machine at a load of ~10 from
-# other builds). Skipped when that version is installed and its library loads.
+# BLAS / GPU / server / examples / tools / multimodal library, no ccache, in parallel: 750 s of
+# CPU, about 7 minutes on 2 idle cores. Skipped when that version is installed and its library
+# loads.
 LLAMA_CPP_PYTHON=0.3.36
 if python3 -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_CPP_PYTHON')" 2>/dev/null; then
   echo "setup: llama-cpp-python $LLAMA_CPP_PYTHON already installed"

@@ -76,13 +76,8 @@ run_ctest build-asan -L unit
 end "$CTEST_COUNTS"
 
 begin "hostile CLI arguments under ASan + UBSan"
-if [ -f tests/cli/test_hostile_args.py ]; then
-    run_pytest build-asan tests/cli/test_hostile_args.py
-    end "$PYTEST_COUNTS"
-else
-    echo "tests/cli/test_hostile_args.py does not exist yet: nothing to run"
-    end "not run: tests/cli/test_hostile_args.py does not exist"
-fi
+run_pytest build-asan tests/cli/test_hostile_args.py
+end "$PYTEST_COUNTS"
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 if [ "$FUZZ_SECONDS" -gt 0 ]; then

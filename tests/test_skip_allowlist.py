@@ -21,9 +21,14 @@ sys.path.insert(0, str(HERE))
 import skip_allowlist as sa  # noqa: E402
 
 
+# The inner runs check the mechanism against rules of their own, not the repo's list.
+INNER_RULES = "test_inner.py::test_gpu  no CUDA device\n"
+
+
 def run_inner(tmp_path: Path, body: str, **env) -> subprocess.CompletedProcess:
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(body))
-    e = dict(os.environ, PYTHONPATH=str(HERE))
+    (tmp_path / "rules.txt").write_text(INNER_RULES)
+    e = dict(os.environ, PYTHONPATH=str(HERE), DS4_SKIP_ALLOWLIST=str(tmp_path / "rules.txt"))
     e.pop("DS4_ALLOW_ANY_SKIP", None)
     e.update(env)
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "skip_allowlist", "-q", "-rs", "-p",
@@ -108,6 +113,10 @@ def test_rules_are_scoped_to_their_tests():
                           "could not import 'torch': No module named 'torch'")
     assert sa.allowed(rules, "tests/model/test_convert.py::test_official_fp8_fp4_dequant",
                       "could not import 'torch': No module named 'torch'")
+    # no GPU: only the CUDA kernel tests may say so
+    assert sa.allowed(rules, "test_cuda.CudaQ8_0.ActivationQuantizerEqualsCpuOnRandomRows", "no CUDA device")
+    assert not sa.allowed(rules, "tests/cli/test_cli.py::test_help", "no CUDA device")
+    assert not sa.allowed(rules, "test_runtime_session.Session.Something", "no GPU")
 
 
 def junit(cases: str) -> str:
