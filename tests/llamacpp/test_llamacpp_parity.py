@@ -28,7 +28,7 @@ What is asserted:
     agreement with itself when only its KV cache precision (f16 vs f32) or its batching (prefill vs
     token by token: its batched Q4_K kernels round differently) changes, by more than 5 points of
     top-1 or a factor 2 in max |diff| / max |logit|.
-  * trained_ratios, every mix: top-1 equal on >= 99 % of positions (the issue's target), whatever
+  * trained_ratios, every mix: top-1 equal on >= 99 % of positions (the target), whatever
     our QAT simulation and cache-row settings and llama.cpp's KV precision (measured: 100 %).
 
 The llama.cpp side runs in a subprocess (this file run as a script), so that a llama.cpp abort
@@ -335,7 +335,7 @@ def top1_margins(logits: np.ndarray) -> np.ndarray:
 @needs_llama
 @pytest.mark.parametrize("quant", ["f32", "q8_0", "q2", "q4"])
 def test_trained_model_top1_agrees_over_whole_sequences(tool, models, quant, tmp_path):
-    """The issue's target, on a model whose logits have margins: top-1 equal on >= 99 % of positions.
+    """The target, on a model whose logits have margins: top-1 equal on >= 99 % of positions.
 
     trained_ratios (tests/model/tiny_models.py) is trained on a synthetic language and predicts it
     with top-1 margins of ~15 logits, where the random models' are ~0.1 and llama.cpp disagrees
