@@ -966,24 +966,56 @@ def convert(hf_dir: Path, out: Path, quant: str = "f32", name: str | None = None
     return {"tensors": len(plans), "types": types, "warnings": warnings, "hparams": hp}
 
 
+# The version every tool prints (`ds4 --version` says the same: CMakeLists.txt's project version;
+# tests/model/test_convert_cli.py checks they agree) and the exit-code table of docs/CLI.md.
+VERSION = "ds4cpp 0.1.0"
+EXIT_CODES = ("Exit status: 0 ok, 1 runtime failure (e.g. out of memory, a failed write or check), "
+              "2 bad arguments, environment or input file, 130 interrupted (Ctrl-C).")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's usage errors: one line, exit 2
+        self.exit(2, f"ds4-convert: {message} (--help lists the arguments)\n")
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="ds4-convert", description=__doc__.split("\n\n")[0],
-        epilog="Tensor names accepted: transformers' module names (state_dict, or save_pretrained of a "
-               "model loaded from such a checkpoint: model.layers.N.self_attn.*, lm_head.weight); what "
-               "transformers' save_pretrained writes for a model built from a config (official leaves "
-               "under model.: model.layers.N.attn.wq_a.weight, model.layers.N.ffn.experts.X.w1.weight, "
-               "head.weight); the official checkpoint (layers.N.attn.*, embed.weight, head.weight, FP8/FP4 "
-               "with their scales). mtp.* is skipped.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Tensor names accepted: transformers' module names (state_dict, or save_pretrained of a\n"
+               "model loaded from such a checkpoint: model.layers.N.self_attn.*, lm_head.weight); what\n"
+               "transformers' save_pretrained writes for a model built from a config (official leaves\n"
+               "under model.: model.layers.N.attn.wq_a.weight, model.layers.N.ffn.experts.X.w1.weight,\n"
+               "head.weight); the official checkpoint (layers.N.attn.*, embed.weight, head.weight,\n"
+               "FP8/FP4 with their scales). mtp.* is skipped.\n\n" + EXIT_CODES)
     ap.add_argument("hf_dir", type=Path, help="folder with config.json and *.safetensors")
     ap.add_argument("out", type=Path, help="output .gguf")
     ap.add_argument("--quant", default="f16", choices=QUANTS)
     ap.add_argument("--name", help="general.name (default: the folder name)")
+    ap.add_argument("--version", action="version", version=VERSION)
     args = ap.parse_args(argv)
+    # Bad input (the checkpoint, its config, an unreadable or unwritable path) exits 2, a failure
+    # of the conversion itself 1, Ctrl-C 130; never a traceback.
     try:
+        if not (args.hf_dir / "config.json").is_file():
+            raise ConvertError(f"{args.hf_dir} has no config.json (expected a Hugging Face checkpoint folder)")
+        if args.out.resolve() == args.hf_dir.resolve() or args.out.is_dir():
+            raise ConvertError(f"output {args.out} is a folder, not a .gguf file")
         r = convert(args.hf_dir, args.out, args.quant, args.name)
-    except ConvertError as e:
+    except KeyboardInterrupt:
+        print("ds4-convert: interrupted", file=sys.stderr)
+        return 130
+    except (ConvertError, json.JSONDecodeError, struct.error, KeyError, ValueError) as e:
         print(f"ds4-convert: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"ds4-convert: error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError)) else 1
+    except MemoryError:
+        print("ds4-convert: error: out of memory", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug: still one line, not a traceback
+        print(f"ds4-convert: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     print(f"ds4-convert: wrote {args.out} ({r['tensors']} tensors, {args.out.stat().st_size} bytes)")
     return 0
