@@ -39,20 +39,21 @@ What it does:
      since transformers has no FP8/FP4 simulation, docs/TRANSFORMERS_NOTES.md D1/D2).
 
 Recorded run of the committed model (torch 2.15.0 CPU, transformers 5.24.0, tokenizers 0.23.3, gguf-py,
-1 thread, SEED 1234, 450 steps of 16 x 128 tokens, about 0.9 M tokens or 2.3 passes over the book):
+1 thread, SEED 1234, 800 steps of 16 x 128 tokens, about 1.6 M tokens or 4 passes over the book):
 
     python3 scripts/train_readme_model.py
     book: 398409 tokens, compact vocabulary 7841 of 129280
-    step     0  loss 11.7605 ...   step   150  loss 5.7218 ...   step   300  loss 4.8603 ...
-    step   449  loss 4.6022  avg 4.6970  lr 4.00e-04
-    trained 450 steps in 1074s: final loss 4.6022, running mean 4.6970
+    step     0  loss 11.7605 ...   step   250  loss 5.0036 ...   step   600  loss 4.1754 ...
+    step   799  loss 4.0837  avg 4.1197  lr 4.00e-04
+    trained 800 steps in 1449s: final loss 4.0837, running mean 4.1197
     wrote models/promessi-mini-q8_0.gguf: 19758464 bytes, 126 tensors
 
-18 minutes of wall time on a 2-core machine shared with other jobs (7.7 minutes of CPU time): about
-8 minutes on an idle core. One thread because the model's many small operations gain nothing from a
-second one and lose much when the cores are busy. The file is 19.8 MB, 3.3 MB compressed (git
-stores it compressed): the tokenizer metadata is 5.2 MB of it, the zero rows of the embedding and
-the head most of the rest. Same versions + same thread count should give the same bits (seeded,
+24 minutes of wall time on a 2-core machine shared with other jobs (16 minutes of CPU time, user +
+system: about a quarter of an hour on an idle core; a 450-step run ended at 4.60). One thread because the model's many small
+operations gain nothing from a second one and lose much when the cores are busy (18 s a step with 2
+threads under load, 2.5 s with 1). The file is 19.8 MB, 3.3 MB compressed (git stores it
+compressed): the tokenizer metadata is 5.2 MB of it, the zero rows of the embedding and the head
+most of the rest. Same versions + same thread count should give the same bits (seeded,
 deterministic algorithms); other torch versions may round differently, hence the recorded oracle.
 """
 from __future__ import annotations
@@ -79,7 +80,7 @@ OUT_ORACLE = REPO / "models" / "promessi-mini-q8_0.oracle.json"
 
 SEED = 1234
 THREADS = 1
-STEPS = 450
+STEPS = 800
 BATCH = 16
 SEQ = 128
 LR = 4e-3
@@ -110,7 +111,7 @@ CONFIG = dict(
 # "readme" is the README's command (the CLI's defaults: system text, thinking mode).
 ORACLE_PROMPTS = [
     ("readme", "Quel ramo del lago di Como", DEFAULT_SYSTEM, True),
-    ("nothink", "Renzo e Lucia", "", False),
+    ("nothink", "Renzo", "", False),
 ]
 ORACLE_STEPS = 64
 ORACLE_TOPK = 5

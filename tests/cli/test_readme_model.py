@@ -20,10 +20,10 @@ ORACLE = json.load(open(os.path.join(REPO, "models", "promessi-mini-q8_0.oracle.
 BOS, USER, ASSISTANT = "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"
 
 # ds4's logits differ from transformers' by its Q8_0 activation rounding in the dot products (the
-# weights are the same numbers): at most 0.05 on these prompts (logits of 10-20).
-LOGIT_TOL = 0.2
+# weights are the same numbers): at most 0.064 on these prompts (top logits of 13-21).
+LOGIT_TOL = 0.25
 # A step whose two best transformers logits are closer than this may go either way on another CPU
-# (twice the largest difference seen); the comparison stops there.
+# (the differences of the two logits largely cancel in their margin); the comparison stops there.
 NEAR_TIE = 0.1
 # Steps that must agree before a near tie may end the comparison (the first ones have margins of 1-10).
 MIN_AGREEING = 8
