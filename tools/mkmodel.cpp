@@ -14,18 +14,15 @@
 #include "model/hparams.h"
 #include "model/synthetic_model.h"
 #include "model/weights.h"
+#include "repo_paths.h"
 #include "tool_main.h"
 
 namespace {
 
-// models/ds4-vocab.gguf relative to the working directory, else to the repository the binary
-// was built from.
+// models/ds4-vocab.gguf as every tool finds its data (tools/common/repo_paths.h): the working
+// directory, the install prefix beside the binary, then the source tree.
 std::string default_vocab_path() {
-    const std::string rel = "models/ds4-vocab.gguf";
-    if (std::filesystem::exists(rel)) return rel;
-    const std::string src = std::string(DS4_SOURCE_DIR) + "/" + rel;
-    if (std::filesystem::exists(src)) return src;
-    return rel;
+    return ds4::tools::find_repo_file("models/ds4-vocab.gguf");
 }
 
 using ds4::tools::UsageError;

@@ -242,8 +242,6 @@ def test_steps_are_clamped_to_the_context(tool, model, tmp_path):
     assert len(steps) == ctx - n_prompt - 1
 
 
-@pytest.mark.xfail(strict=True, reason="deviation from docs/SURFACES.md 2.2: the reference caps --logprobs-top-k "
-                                       "at 128, ds4cpp refuses a larger value (exit 2)")
 def test_top_k_is_capped_at_128(tool, model, tmp_path):
     text = dump(tool, model, tmp_path / "k.json", n=1, top_k=200)
     steps = check_file(text, tool, model, tmp_path, top_k=128)

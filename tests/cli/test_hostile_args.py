@@ -22,6 +22,12 @@ SANITIZER_MARKS = ("terminate called", "AddressSanitizer", "LeakSanitizer", "run
                    "Segmentation fault", "Aborted")
 
 
+@pytest.fixture(autouse=True)
+def in_scratch_folder(tmp_path, monkeypatch):
+    """Relative output paths (GARBAGE is one) are written into a scratch folder, never the repo."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def bin_path(bin_dir):
     d = os.environ.get("DS4_BIN_DIR")

@@ -87,10 +87,6 @@ def test_mkmodel_cli_and_ds4_test(prefix, run):
         assert origin == "install" and path == os.path.join(data, rel), (rel, path, origin)
 
 
-# ds4-mkmodel still finds its default --vocab with a lookup of its own (working directory, then the
-# source tree), so the installed one only works on a machine that has the sources. When it calls
-# tools::find_repo_file this passes; strict, so the marker must then go.
-@pytest.mark.xfail(strict=True, reason="ds4-mkmodel's default --vocab does not go through tools/common/repo_paths")
 def test_mkmodel_default_vocab_comes_from_the_prefix(prefix, run):
     r = run("ds4-mkmodel", "--shape", "tiny", "--out", "y.gguf", "-q")
     assert r.returncode == 0, r.stderr

@@ -40,6 +40,9 @@ namespace {
 using ds4::cli::Options;
 using ds4::tools::UsageError;
 
+// --dump-logprobs alternatives per step: larger requests are capped, as the reference does.
+constexpr int kMaxLogprobsTopK = 128;
+
 std::atomic<bool> g_cancel{false};
 void on_sigint(int) {
     g_cancel = true;
@@ -292,8 +295,8 @@ int ds4_main(int argc, char **argv) {
     app.add_option("--dump-logprobs", opt.dump_logprobs,
                    "Write a greedy continuation with top-k alternatives as JSON");
     app.add_option("--logprobs-top-k", opt.logprobs_top_k,
-                   "Alternatives per step for --dump-logprobs (max 128)")
-        ->check(integer_in(1, 128))
+                   "Alternatives per step for --dump-logprobs (larger values are capped at 128)")
+        ->check(integer_in(1, 1 << 30))
         ->default_str("20");
     for (auto *o : {prompt, prompt_file, model})
         o->multi_option_policy(CLI::MultiOptionPolicy::Throw);
@@ -312,6 +315,11 @@ int ds4_main(int argc, char **argv) {
     opt.qat_sim = !no_qat;
     opt.sampling.seed = seed;
     if (!opt.dump_logprobs.empty()) opt.sampling.temperature = 0.0f;
+    if (opt.logprobs_top_k > kMaxLogprobsTopK) {  // the reference caps it the same way
+        fmt::print(stderr, "ds4: --logprobs-top-k {} capped at {}\n", opt.logprobs_top_k,
+                   kMaxLogprobsTopK);
+        opt.logprobs_top_k = kMaxLogprobsTopK;
+    }
     // The environment is checked here, before any file is opened.
     opt.threads = ds4::tools::resolve_threads(opt.threads, "ds4");
     ds4::tools::check_simd_env();
