@@ -25,7 +25,25 @@ GenerateStats generate(Session &session, std::span<const int32_t> prompt, Sample
     using clock = std::chrono::steady_clock;
     GenerateStats st;
     auto t0 = clock::now();
-    if (!prompt.empty()) session.eval(prompt, on_progress);
+    // The prompt goes in the session's chunks, so that a stop request is seen between them (the
+    // bits do not depend on the chunking: prefill equals token-by-token decode). A prompt that
+    // does not fit goes in whole, so that eval refuses it before evaluating anything.
+    const bool fits = session.tokens().size() + prompt.size() <= session.ctx();
+    const size_t step =
+        fits ? std::max<size_t>(1, session.chunk()) : std::max<size_t>(1, prompt.size());
+    for (size_t off = 0; off < prompt.size(); off += step) {
+        if (params.cancel && params.cancel->load()) {
+            st.prompt_tokens = off;
+            st.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+            st.stop = StopReason::Interrupted;
+            return st;
+        }
+        const size_t n = std::min(step, prompt.size() - off);
+        std::function<void(size_t, size_t)> progress;
+        if (on_progress)
+            progress = [&](size_t done, size_t) { on_progress(off + done, prompt.size()); };
+        session.eval(prompt.subspan(off, n), progress);
+    }
     st.prompt_tokens = prompt.size();
     st.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
 

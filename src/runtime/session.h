@@ -65,6 +65,7 @@ class Session {
     const std::vector<float> &logits() const { return logits_; }
     const std::vector<int32_t> &tokens() const { return tokens_; }
     uint32_t ctx() const { return cache_.ctx; }
+    uint32_t chunk() const { return chunk_; }
     size_t kv_bytes() const { return cache_.bytes(); }
     // The bytes kv_bytes() will report for a session of `opts` over a model of `hp`, computed
     // without allocating, so that a context too large for the machine is refused beforehand.
