@@ -240,6 +240,9 @@ def test_inputs_and_environment_are_checked_before_the_model_loads(tool, tiny, t
         p = subprocess.run([tool("ds4"), "-m", "/dev/null", "-p", "hi"], capture_output=True, text=True,
                            env={**os.environ, **env}, timeout=60)
         assert p.returncode == 2 and p.stderr.startswith(f"ds4: {list(env)[0]}={list(env.values())[0]} is not"), p.stderr
+    # an endless input ends in a message, not in exhausted memory
+    p = ds4(tool, "-m", "/dev/null", "--prompt-file", "/dev/zero")
+    assert p.returncode == 2 and p.stderr == "ds4: --prompt-file /dev/zero is larger than 256 MiB: not a prompt\n"
     p = ds4(tool, "-m", tiny, "-p", "hi", "-n", "0")
     assert p.returncode == 2 and p.stderr == "ds4: --tokens: must be at least 1, got 0 (see --help)\n"
     p = ds4(tool, "-m", tiny, "-p", "hi", "--temp", "nan")

@@ -37,3 +37,26 @@ def test_usage_error_is_one_line_and_exit_2(tool, name):
     p = subprocess.run([tool(name), "--no-such-flag"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and p.stderr.startswith(f"{name}: ") and p.stderr.endswith("(see --help)\n")
+
+
+@pytest.mark.parametrize("name", TOOLS)
+def test_output_that_cannot_be_written_exits_1(tool, name):
+    """A full disk on stdout is a failed write (exit 1 and a message), not a success."""
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([tool(name), "--version"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith(f"{name}: cannot write standard output"), p.stderr
+
+
+def test_closed_pipe_is_a_failed_write_not_a_signal(tool):
+    """`ds4 --dump-tokens ... | head -1` (megabytes of output): the tool ends with exit 1 and a
+    message, not by SIGPIPE (141)."""
+    vocab = os.path.join(REPO, "models", "ds4-vocab.gguf")
+    book = os.path.join(REPO, "bench", "data", "promessi_sposi.txt")
+    dump = subprocess.Popen([tool("ds4"), "-m", vocab, "--dump-tokens", "--prompt-file", book],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    dump.stdout.readline()
+    dump.stdout.close()  # the reader goes away after one line
+    _, err = dump.communicate(timeout=60)
+    assert dump.returncode == 1, (dump.returncode, err)
+    assert b"cannot write standard output" in err

@@ -34,11 +34,17 @@ std::string read_input_file(const std::string &path, const std::string &what) {
     const Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
     if (f.fd < 0)
         throw UsageError(fmt::format("cannot read {} {}: {}", what, path, std::strerror(errno)));
+    // Far more text than the longest context holds (1M tokens are ~4 MiB of text), so that
+    // /dev/zero or an endless pipe ends in a message, not in exhausted memory.
+    constexpr size_t kMaxBytes = size_t(256) << 20;
     std::string out;
     char buf[1 << 16];
     for (;;) {
         const ssize_t n = ::read(f.fd, buf, sizeof buf);
         if (n == 0) break;
+        if (n > 0 && out.size() + size_t(n) > kMaxBytes)
+            throw UsageError(fmt::format("{} {} is larger than {} MiB: not a prompt", what, path,
+                                         kMaxBytes >> 20));
         if (n < 0) {
             if (errno == EINTR) continue;
             throw UsageError(

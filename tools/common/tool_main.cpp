@@ -1,6 +1,9 @@
 #include "tool_main.h"
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -41,11 +44,24 @@ int report_current_exception(std::string_view tool) noexcept {
 }
 
 int guarded_main(std::string_view tool, const std::function<int()> &body) noexcept {
+    // A closed pipe on stdout (`ds4 ... | head -1`) is a failed write, reported below, not a
+    // death by SIGPIPE (exit 141, outside the documented codes).
+    std::signal(SIGPIPE, SIG_IGN);
+    int rc;
     try {
-        return body();
+        rc = body();
     } catch (...) {
-        return report_current_exception(tool);
+        rc = report_current_exception(tool);
     }
+    // Output that could not be written (a full disk, a closed pipe) is a runtime failure, even
+    // when the work itself succeeded.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        const int err = errno;
+        std::fprintf(stderr, "%.*s: cannot write standard output: %s\n", int(tool.size()),
+                     tool.data(), err ? std::strerror(err) : "write error");
+        if (rc == kExitOk) rc = kExitFailure;
+    }
+    return rc;
 }
 
 }  // namespace ds4::tools
