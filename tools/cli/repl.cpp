@@ -89,14 +89,17 @@ int run_repl(runtime::Model &model, const tokenizer::Tokenizer &tok, Options opt
             const auto eff = tokenizer::effective_think_mode(want, opt.ctx);
             const bool prefix_changed =
                 (eff == tokenizer::ThinkMode::kMax) != (mode == tokenizer::ThinkMode::kMax);
+            if (prefix_changed) {  // the Think Max text sits right after BOS: start over
+                // Both are made before either is replaced: a failure leaves the chat as it was.
+                auto fresh_transcript = tokenizer::encode_cli_preamble(tok, opt.system, eff);
+                auto fresh_session = make_session();
+                transcript.swap(fresh_transcript);
+                session.swap(fresh_session);
+            }
             mode = eff;
             if (want == tokenizer::ThinkMode::kMax && eff != want)
                 fmt::print(stderr, "thinking: high (ctx below {})\n",
                            tokenizer::kThinkMaxMinContext);
-            if (prefix_changed) {  // the Think Max text sits right after BOS: start over
-                transcript = tokenizer::encode_cli_preamble(tok, opt.system, mode);
-                session = make_session();
-            }
         } else if (cmd == "/ctx") {
             const auto n = parse_count(arg);
             if (!n) {
@@ -116,8 +119,10 @@ int run_repl(runtime::Model &model, const tokenizer::Tokenizer &tok, Options opt
             }
             fmt::print(stderr, "context: {} tokens (next turn prefills the transcript)\n", opt.ctx);
         } else if (cmd == "/clear") {
-            transcript = tokenizer::encode_cli_preamble(tok, opt.system, mode);
-            session = make_session();
+            auto fresh_transcript = tokenizer::encode_cli_preamble(tok, opt.system, mode);
+            auto fresh_session = make_session();
+            transcript.swap(fresh_transcript);
+            session.swap(fresh_session);
             fmt::print(stderr, "conversation cleared\n");
         } else if (cmd == "/read") {
             pending_user = tools::read_input_file(arg, "/read");
@@ -153,10 +158,16 @@ int run_repl(runtime::Model &model, const tokenizer::Tokenizer &tok, Options opt
             }
         }
         const size_t rollback = transcript.size();
-        // A failed turn is rolled back, with a fresh session: its KV may hold part of it.
-        auto roll_back = [&] {
+        // A failed turn is rolled back, with a fresh session: its KV may hold part of it. When
+        // even that fails (memory), the old session stays: it holds more than the transcript,
+        // so the next turn makes a new one before using it.
+        auto roll_back = [&]() noexcept {
             transcript.resize(rollback);
-            session = make_session();
+            try {
+                session = make_session();
+            } catch (...) {
+                tools::report_current_exception("ds4");
+            }
         };
         try {
             tokenizer::append_cli_user_turn(tok, line, mode, transcript);
