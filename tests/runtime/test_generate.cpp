@@ -7,11 +7,9 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "gguf/gguf_file.h"
-#include "gguf/gguf_writer.h"
-#include "model/synthetic_model.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
+#include "tiny_session_model.h"
 
 using namespace ds4;
 using namespace ds4::runtime;
@@ -19,25 +17,11 @@ using namespace ds4::runtime;
 namespace {
 
 const std::string &tiny_model() {
-    static const std::string path = [] {
-        gguf::Writer w;
-        std::vector<std::string> tokens;
-        for (int i = 0; i < 512; ++i) tokens.push_back("tok" + std::to_string(i * 7));
-        w.set("tokenizer.ggml.tokens", gguf::Value::array_of_strings(tokens));
-        const auto bytes = w.to_bytes();
-        auto vocab = gguf::File::from_memory(bytes.data(), bytes.size());
-        const std::string p = ::testing::TempDir() + "/generate-tiny-q8_0.gguf";
-        model::write_synthetic_model(model::shape_preset("tiny", 512), model::QuantMix::Q8_0, 13,
-                                     *vocab, p, false);
-        return p;
-    }();
-    return path;
+    return test::tiny_session_model(13);
 }
 
 std::vector<int32_t> prompt(size_t n) {
-    std::vector<int32_t> t;
-    for (size_t i = 0; i < n; ++i) t.push_back(static_cast<int32_t>((i * 53 + 3) % 512));
-    return t;
+    return test::made_up_prompt(n, 53, 3);
 }
 
 TEST(Generate, StopRequestDuringPrefillIsHonouredBetweenChunks) {

@@ -13,33 +13,19 @@
 #include "model/synthetic_model.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "tiny_session_model.h"
 
 using namespace ds4;
 using namespace ds4::runtime;
 
 namespace {
 
-// A tiny q8_0 model with a made-up 512-token vocabulary (~1 MB), made once per process.
 const std::string &tiny_model() {
-    static const std::string path = [] {
-        gguf::Writer w;
-        std::vector<std::string> tokens;
-        for (int i = 0; i < 512; ++i) tokens.push_back("tok" + std::to_string(i * 7));
-        w.set("tokenizer.ggml.tokens", gguf::Value::array_of_strings(tokens));
-        const auto bytes = w.to_bytes();
-        auto vocab = gguf::File::from_memory(bytes.data(), bytes.size());
-        const std::string p = ::testing::TempDir() + "/session-tiny-q8_0.gguf";
-        model::write_synthetic_model(model::shape_preset("tiny", 512), model::QuantMix::Q8_0, 11,
-                                     *vocab, p, false);
-        return p;
-    }();
-    return path;
+    return test::tiny_session_model(11);
 }
 
 std::vector<int32_t> prompt(size_t n) {
-    std::vector<int32_t> t;
-    for (size_t i = 0; i < n; ++i) t.push_back(static_cast<int32_t>((i * 37 + 5) % 512));
-    return t;
+    return test::made_up_prompt(n);
 }
 
 TEST(Session, ThreadCountDoesNotChangeLogits) {
@@ -163,10 +149,10 @@ TEST(Sampler, GreedyTopKAndSeeds) {
     EXPECT_THROW(Sampler({.top_p = 0.0f}), Error);
 }
 
-// docs/SURFACES.md 1: min-p first (relative to the top token), then top-p over the sorted survivors,
-// renormalized: here min-p removes token 2 (weight 0.05 < 0.06), so the survivors are 0 and 1 with
-// half the mass each and top-p 0.5 keeps token 0 alone (over all three tokens it would need
-// 0.5 x 2.05 and keep 0 and 1).
+// docs/SURFACES.md 1: min-p first (relative to the top token), then top-p over the sorted
+// survivors, renormalized: here min-p removes token 2 (weight 0.05 < 0.06), so the survivors are 0
+// and 1 with half the mass each and top-p 0.5 keeps token 0 alone (over all three tokens it would
+// need 0.5 x 2.05 and keep 0 and 1).
 TEST(Sampler, TopPAppliesToTheMinPSurvivors) {
     const std::vector<float> logits = {0.0f, 0.0f, std::log(0.05f)};
     Sampler s({.temperature = 1.0f, .top_p = 0.5f, .min_p = 0.06f, .seed = 5});
@@ -216,7 +202,8 @@ std::vector<long double> expected_distribution(const std::vector<float> &logits,
     std::vector<long double> w(n, 0.0L);  // probability up to one factor, the top token's = 1
     std::vector<size_t> kept;
     for (size_t id : order) {
-        const long double x = std::exp((static_cast<long double>(logits[id]) - top) / p.temperature);
+        const long double x =
+            std::exp((static_cast<long double>(logits[id]) - top) / p.temperature);
         if (x >= p.min_p) {
             w[id] = x;
             kept.push_back(id);
@@ -264,7 +251,8 @@ TEST_P(SamplerDistribution, DrawsFollowTheFilteredTemperedSoftmax) {
     const SamplingCase &c = GetParam();
     const std::vector<float> logits = spread_logits(40);
     const auto want = expected_distribution(logits, c.params);
-    const size_t support = size_t(std::count_if(want.begin(), want.end(), [](long double x) { return x > 0; }));
+    const size_t support =
+        size_t(std::count_if(want.begin(), want.end(), [](long double x) { return x > 0; }));
     ASSERT_GE(support, c.min_support) << c.what;
     ASSERT_LE(support, c.max_support) << c.what;
 
@@ -320,12 +308,20 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         SamplingCase{"T=0.5", {.temperature = 0.5f, .min_p = 0.0f, .seed = 101}, 40, 40},
         SamplingCase{"T=1.8", {.temperature = 1.8f, .min_p = 0.0f, .seed = 102}, 40, 40},
-        SamplingCase{"T=1.3 top-k 6", {.temperature = 1.3f, .min_p = 0.0f, .top_k = 6, .seed = 103}, 6, 6},
+        SamplingCase{
+            "T=1.3 top-k 6", {.temperature = 1.3f, .min_p = 0.0f, .top_k = 6, .seed = 103}, 6, 6},
         SamplingCase{"T=0.8 min-p 0.1", {.temperature = 0.8f, .min_p = 0.1f, .seed = 104}, 4, 30},
-        SamplingCase{"T=1.5 top-p 0.6", {.temperature = 1.5f, .top_p = 0.6f, .min_p = 0.0f, .seed = 105}, 4, 30},
+        SamplingCase{"T=1.5 top-p 0.6",
+                     {.temperature = 1.5f, .top_p = 0.6f, .min_p = 0.0f, .seed = 105},
+                     4,
+                     30},
         SamplingCase{"T=0.7 top-k 12 min-p 0.02 top-p 0.9",
-                     {.temperature = 0.7f, .top_p = 0.9f, .min_p = 0.02f, .top_k = 12, .seed = 106}, 3, 11}),
-    [](const ::testing::TestParamInfo<SamplingCase> &i) { return "case" + std::to_string(i.index); });
+                     {.temperature = 0.7f, .top_p = 0.9f, .min_p = 0.02f, .top_k = 12, .seed = 106},
+                     3,
+                     11}),
+    [](const ::testing::TestParamInfo<SamplingCase> &i) {
+        return "case" + std::to_string(i.index);
+    });
 
 // The filters of the combined case each cut something (else that case would not test them):
 // top-k 12 alone, min-p 0.02 alone and top-p 0.9 alone each leave fewer than 40 tokens, and
@@ -349,7 +345,8 @@ TEST(SamplerDistribution, EachFilterOfTheCombinedCaseCuts) {
 // The same seed gives the same sequence at T != 1 with every filter on; another seed another one.
 TEST(SamplerDistribution, SameSeedSameSequence) {
     const auto logits = spread_logits(40);
-    const SamplerParams p{.temperature = 0.7f, .top_p = 0.9f, .min_p = 0.02f, .top_k = 12, .seed = 77};
+    const SamplerParams p{
+        .temperature = 0.7f, .top_p = 0.9f, .min_p = 0.02f, .top_k = 12, .seed = 77};
     SamplerParams q = p;
     q.seed = 78;
     Sampler a(p), b(p), other(q);

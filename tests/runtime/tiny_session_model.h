@@ -1,0 +1,44 @@
+#pragma once
+// A tiny q8_0 synthetic model with a made-up 512-token vocabulary (~1 MB) for the session and
+// generation tests, written once per process and seed under the test temp folder, and prompts of
+// made-up token ids.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
+#include "model/synthetic_model.h"
+
+namespace ds4::test {
+
+inline const std::string &tiny_session_model(uint64_t seed) {
+    static std::map<uint64_t, std::string> paths;
+    auto &path = paths[seed];
+    if (path.empty()) {
+        gguf::Writer w;
+        std::vector<std::string> tokens;
+        for (int i = 0; i < 512; ++i) tokens.push_back("tok" + std::to_string(i * 7));
+        w.set("tokenizer.ggml.tokens", gguf::Value::array_of_strings(tokens));
+        const auto bytes = w.to_bytes();
+        auto vocab = gguf::File::from_memory(bytes.data(), bytes.size());
+        const std::string p =
+            ::testing::TempDir() + "/session-tiny-q8_0-" + std::to_string(seed) + ".gguf";
+        model::write_synthetic_model(model::shape_preset("tiny", 512), model::QuantMix::Q8_0, seed,
+                                     *vocab, p, false);
+        path = p;
+    }
+    return path;
+}
+
+// n made-up token ids of the 512-token vocabulary: (i * mul + add) % 512.
+inline std::vector<int32_t> made_up_prompt(size_t n, uint32_t mul = 37, uint32_t add = 5) {
+    std::vector<int32_t> t;
+    for (size_t i = 0; i < n; ++i) t.push_back(static_cast<int32_t>((i * mul + add) % 512));
+    return t;
+}
+
+}  // namespace ds4::test
