@@ -9,6 +9,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,11 @@ using test::to_host;
 struct Case {
     int64_t n_heads, d, n_rows;
 };
+
+// How gtest prints a case (the test list that CTest reads names each case by it).
+void PrintTo(const Case &c, std::ostream *os) {
+    *os << c.n_heads << " heads of " << c.d << ", " << c.n_rows << " rows";
+}
 
 class CudaAttention : public ::testing::TestWithParam<Case> {};
 

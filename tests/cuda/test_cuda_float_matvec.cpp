@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ struct Case {
     GgmlType type;
     int64_t n_rows, k;
 };
+
+// How gtest prints a case (the test list that CTest reads names each case by it).
+void PrintTo(const Case &c, std::ostream *os) {
+    *os << ggml_type_name(c.type) << " " << c.n_rows << "x" << c.k;
+}
 
 class CudaFloatMatvec : public ::testing::TestWithParam<Case> {};
 

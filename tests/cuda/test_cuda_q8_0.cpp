@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,11 @@ TEST(CudaQ8_0, ActivationQuantizerEqualsCpuOnEdgeCases) {
 struct MatvecCase {
     int64_t n_rows, k;
 };
+
+// How gtest prints a case (the test list that CTest reads names each case by it).
+void PrintTo(const MatvecCase &c, std::ostream *os) {
+    *os << c.n_rows << "x" << c.k;
+}
 
 class CudaQ8_0Matvec : public ::testing::TestWithParam<MatvecCase> {};
 
