@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: where the built binaries are (DS4_BUILD_DIR, default build/).
+"""Shared pytest fixtures: where the built binaries are (DS4_BIN_DIR, else DS4_BUILD_DIR, default build/).
 
 Every skip is checked against tests/skip_allowlist.txt (tests/skip_allowlist.py): a skip for a
 reason the list does not allow fails the run."""
@@ -19,8 +19,12 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def bin_dir():
-    d = os.path.abspath(os.environ.get("DS4_BUILD_DIR", os.path.join(REPO, "build")))
-    d = os.path.join(d, "bin") if os.path.isdir(os.path.join(d, "bin")) else d
+    """DS4_BIN_DIR names the binaries' folder directly; else DS4_BUILD_DIR (default build/) or its bin/."""
+    if os.environ.get("DS4_BIN_DIR"):
+        d = os.path.abspath(os.environ["DS4_BIN_DIR"])
+    else:
+        d = os.path.abspath(os.environ.get("DS4_BUILD_DIR", os.path.join(REPO, "build")))
+        d = os.path.join(d, "bin") if os.path.isdir(os.path.join(d, "bin")) else d
     if not os.path.isdir(d):
         pytest.fail(f"build directory {d} not found: build first (cmake --preset release && cmake --build build)")
     return d

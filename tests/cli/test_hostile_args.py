@@ -4,7 +4,7 @@ The contract (docs/CLI.md): no signal, no abort (134) or crash (139), exit statu
 failure says why in one line on stderr starting with the tool's name. The chat must answer the
 next turn after hostile commands. Run it against the sanitizer build as well:
     DS4_BUILD_DIR=build-asan python3 -m pytest tests/cli/test_hostile_args.py
-(DS4_BIN_DIR, when set, names the folder of the binaries directly.)
+(DS4_BIN_DIR, when set, names the folder of the binaries directly: tests/conftest.py.)
 """
 import os
 import subprocess
@@ -29,23 +29,10 @@ def in_scratch_folder(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def bin_path(bin_dir):
-    d = os.environ.get("DS4_BIN_DIR")
-    d = os.path.abspath(d) if d else bin_dir
-
-    def find(name):
-        p = os.path.join(d, name)
-        if not os.path.exists(p):
-            pytest.fail(f"{p} not built")
-        return p
-    return find
-
-
-@pytest.fixture(scope="module")
-def files(bin_path, tmp_path_factory):
+def files(tool, tmp_path_factory):
     d = tmp_path_factory.mktemp("hostile")
     tiny = d / "tiny.gguf"
-    subprocess.run([bin_path("ds4-mkmodel"), "--shape", "tiny", "--quant", "q8_0", "--out", str(tiny), "-q",
+    subprocess.run([tool("ds4-mkmodel"), "--shape", "tiny", "--quant", "q8_0", "--out", str(tiny), "-q",
                     "--vocab", os.path.join(REPO, "models", "ds4-vocab.gguf")], check=True, timeout=300)
     data = tiny.read_bytes()
     (d / "trunc.gguf").write_bytes(data[: len(data) // 2])
@@ -68,8 +55,8 @@ def check(tool_name, p, args):
         assert last.startswith(f"{tool_name}: ") and len(last) > len(tool_name) + 3, f"{what}: {last!r}"
 
 
-def run(bin_path, tool_name, args, stdin=None, timeout=120):
-    p = subprocess.run([bin_path(tool_name), *args], capture_output=True, text=True, errors="replace",
+def run(tool, tool_name, args, stdin=None, timeout=120):
+    p = subprocess.run([tool(tool_name), *args], capture_output=True, text=True, errors="replace",
                        input=stdin if stdin is not None else "", timeout=timeout)
     check(tool_name, p, args)
     return p
@@ -137,41 +124,41 @@ def other_tool_cases(f):
     return {"ds4-quantize": quant, "ds4-gguf-dump": dump, "ds4-mkmodel": mk, "ds4-test": test}
 
 
-def test_ds4(bin_path, files):
+def test_ds4(tool, files):
     for args in ds4_cases(files):
-        run(bin_path, "ds4", args)
+        run(tool, "ds4", args)
 
 
-def test_ds4_bench(bin_path, files):
+def test_ds4_bench(tool, files):
     for args in bench_cases(files):
-        run(bin_path, "ds4-bench", args)
+        run(tool, "ds4-bench", args)
 
 
 @pytest.mark.parametrize("tool_name", ["ds4-quantize", "ds4-gguf-dump", "ds4-mkmodel", "ds4-test"])
-def test_other_tools(bin_path, files, tool_name):
+def test_other_tools(tool, files, tool_name):
     for args in other_tool_cases(files)[tool_name]:
-        run(bin_path, tool_name, args)
+        run(tool, tool_name, args)
 
 
 @pytest.mark.parametrize("env", [{"DS4_THREADS": v} for v in ["-1", "abc", "99999999999", "1.5", GARBAGE]]
                          + [{"DS4_SIMD": v} for v in ["avx9", "AVX2 ", GARBAGE]])
-def test_bad_environment(bin_path, files, env):
+def test_bad_environment(tool, files, env):
     for tool_name, args in [("ds4", ["-m", files["tiny"], "-p", "hi", "-n", "1"]),
                             ("ds4-bench", ["-m", files["tiny"], "--prompt-file", files["text"]]),
                             ("ds4-quantize", [files["tiny"], files["out"], "--quant", "q8_0"]),
                             ("ds4-test", ["--prefill-decode"])]:
-        p = subprocess.run([bin_path(tool_name), *args], capture_output=True, text=True, errors="replace",
+        p = subprocess.run([tool(tool_name), *args], capture_output=True, text=True, errors="replace",
                            env={**os.environ, **env}, timeout=120)
         check(tool_name, p, args)
         assert p.returncode == 2 and list(env)[0] in p.stderr, (tool_name, env, p.stderr)
 
 
-def test_hostile_chat_commands_leave_the_chat_working(bin_path, files):
+def test_hostile_chat_commands_leave_the_chat_working(tool, files):
     script = "\n".join([
         f"/read {files['dir']}", f"/read {files['missing']}", "/read", "/ctx 99999999999999999999", "/ctx -5",
         "/ctx abc", "/ctx", "/ctx 1.5", "/ctx 2000000000", f"/{GARBAGE}", "/clear", "/" + "x" * 10000,
         "hello", "/quit"]) + "\n"
-    p = run(bin_path, "ds4", ["-m", files["tiny"], "-n", "3", "--temp", "0", "--nothink", "-c", "256"], stdin=script)
+    p = run(tool, "ds4", ["-m", files["tiny"], "-n", "3", "--temp", "0", "--nothink", "-c", "256"], stdin=script)
     assert p.returncode == 0, p.stderr
     assert f"/read {files['dir']} is a directory" in p.stderr
     assert p.stderr.count("/ctx needs a positive number") == 5, p.stderr
