@@ -4,13 +4,15 @@
 // the indexer's top-k), a per-head sink logit, and the grouped low-rank output projection.
 #include <cstdint>
 
-#include "runtime/forward.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+#include "runtime/ops.h"
 
 namespace ds4::runtime {
 
-// XN: the normalised sublayer inputs of the batch (n x n_embd), positions p0..p0+n-1. Appends
-// the tokens' rows to `state` in position order and writes the outputs (n x n_embd) to Y.
-void attention_batch(ForwardContext &ctx, uint32_t il, LayerState &state, const float *XN,
-                     int64_t p0, int64_t n, float *Y);
+// XN: the normalised sublayer inputs of the batch (n x n_embd). Appends the tokens' rows to the
+// attention state of layer il and writes the outputs (n x n_embd) to Y.
+void attention_sublayer(Ops &ops, const model::HParams &hp, const model::LayerWeights &L,
+                        uint32_t il, const float *XN, int64_t n, float *Y);
 
 }  // namespace ds4::runtime

@@ -1,6 +1,6 @@
 #pragma once
-// The KV compressor of a compressed layer (docs/MODEL.md 4.4): every token adds a projected value row
-// and a score row to a rolling window; when the token completes a window of `ratio` positions,
+// The KV compressor of a compressed layer (docs/MODEL.md 4.4): every token adds a projected value
+// row and a score row to a rolling window; when the token completes a window of `ratio` positions,
 // a softmax over the window (per column) pools one compressed row, which is normalised, rotated
 // at the window's first position and appended to the cache.
 //
@@ -8,7 +8,7 @@
 // columns) and the current one (rows 4..7, second half), and each pooled value mixes all 8.
 #include <cstdint>
 
-#include "runtime/forward.h"
+#include "runtime/cpu_context.h"
 
 namespace ds4::runtime {
 

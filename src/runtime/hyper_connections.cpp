@@ -81,40 +81,43 @@ void hc_combine(const float *pre, const float *X, uint32_t n, uint32_t E, float 
         for (uint32_t d = 0; d < E; ++d) x[d] += pre[h] * X[size_t(h) * E + d];
 }
 
-std::vector<HcMix> hc_pre(ForwardContext &ctx, model::Tensor fn, model::Tensor scale,
-                          model::Tensor base, const std::vector<float> &X, int64_t m,
-                          std::vector<float> &x_in) {
-    const uint32_t n = ctx.hp.n_hc, E = ctx.hp.n_embd, n_mix = ctx.hp.n_hc_mix();
-    const std::vector<float> mixes = hc_mixes(ctx, fn, X.data(), m);
-    std::vector<HcMix> out(m);
-    x_in.assign(size_t(m) * E, 0.0f);
-    for (int64_t t = 0; t < m; ++t) {
-        out[t] = hc_mix_from(mixes.data() + t * n_mix, f32(scale), f32(base), n,
-                             ctx.hp.sinkhorn_iters, ctx.hp.hc_eps);
-        hc_combine(out[t].pre.data(), X.data() + size_t(t) * n * E, n, E,
-                   x_in.data() + size_t(t) * E);
-    }
-    return out;
+void pack_mix(const HcMix &mix, float *out) {
+    out = std::copy(mix.pre.begin(), mix.pre.end(), out);
+    out = std::copy(mix.post.begin(), mix.post.end(), out);
+    std::copy(mix.comb.begin(), mix.comb.end(), out);
 }
 
-void hc_post(const HcMix &mix, const float *y, uint32_t E, float *X) {
-    const uint32_t n = static_cast<uint32_t>(mix.post.size());
+void hc_pre(ForwardContext &ctx, const HcWeights &hc, const float *X, int64_t m, float *mix,
+            float *x_in) {
+    const uint32_t n = ctx.hp.n_hc, E = ctx.hp.n_embd, n_mix = ctx.hp.n_hc_mix();
+    const std::vector<float> mixes = hc_mixes(ctx, hc.fn, X, m);
+    std::fill(x_in, x_in + size_t(m) * E, 0.0f);
+    for (int64_t t = 0; t < m; ++t) {
+        const HcMix one = hc_mix_from(mixes.data() + t * n_mix, f32(hc.scale), f32(hc.base), n,
+                                      ctx.hp.sinkhorn_iters, ctx.hp.hc_eps);
+        pack_mix(one, mix + t * n_mix);
+        hc_combine(one.pre.data(), X + size_t(t) * n * E, n, E, x_in + size_t(t) * E);
+    }
+}
+
+void hc_post(const float *mix, uint32_t n, const float *y, uint32_t E, float *X) {
+    const float *post = mix + n, *comb = mix + 2 * n;
     std::vector<float> out(size_t(n) * E);
     for (uint32_t j = 0; j < n; ++j)
         for (uint32_t d = 0; d < E; ++d) {
-            float acc = mix.post[j] * y[d];
-            for (uint32_t i = 0; i < n; ++i) acc += mix.comb[i * n + j] * X[size_t(i) * E + d];
+            float acc = post[j] * y[d];
+            for (uint32_t i = 0; i < n; ++i) acc += comb[i * n + j] * X[size_t(i) * E + d];
             out[size_t(j) * E + d] = acc;
         }
     std::copy(out.begin(), out.end(), X);
 }
 
-void hc_head(ForwardContext &ctx, const float *X, std::vector<float> &out) {
+void hc_head(ForwardContext &ctx, const float *X, float *out) {
     const uint32_t n = ctx.hp.n_hc, E = ctx.hp.n_embd;
     const std::vector<float> m = hc_mixes(ctx, ctx.w.output_hc_fn, X, 1);
     const float scale = f32(ctx.w.output_hc_scale)[0];
     const float *base = f32(ctx.w.output_hc_base);
-    out.assign(E, 0.0f);
+    std::fill(out, out + E, 0.0f);
     for (uint32_t h = 0; h < n; ++h) {
         const float wgt = sigmoid(m[h] * scale + base[h]) + ctx.hp.hc_eps;
         for (uint32_t d = 0; d < E; ++d) out[d] += wgt * X[size_t(h) * E + d];

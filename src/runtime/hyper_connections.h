@@ -4,7 +4,8 @@
 // stochastic (Sinkhorn-normalised) mixing matrix.
 #include <vector>
 
-#include "runtime/forward.h"
+#include "runtime/cpu_context.h"
+#include "runtime/ops.h"
 
 namespace ds4::runtime {
 
@@ -14,15 +15,16 @@ struct HcMix {
     std::vector<float> comb;  // n_hc x n_hc, comb[i * n_hc + j] = C[i][j] (stream i -> j)
 };
 
-// For each of the m token states X (m x n_hc x n_embd): the mix, and x_in = sum_h pre[h] X[h]
-// (m x n_embd).
-std::vector<HcMix> hc_pre(ForwardContext &ctx, model::Tensor fn, model::Tensor scale,
-                          model::Tensor base, const std::vector<float> &X, int64_t m,
-                          std::vector<float> &x_in);
-// One token: X'[j] = post[j] y + sum_i C[i][j] X[i].
-void hc_post(const HcMix &mix, const float *y, uint32_t n_embd, float *X);
-// The output head's reduction of one token's streams to one vector.
-void hc_head(ForwardContext &ctx, const float *X, std::vector<float> &out);
+// For each of the m token states X (m x n_hc x n_embd): the mix (m x n_hc_mix: pre, post, comb;
+// pack_mix's layout) and x_in = sum_h pre[h] X[h] (m x n_embd).
+void hc_pre(ForwardContext &ctx, const HcWeights &hc, const float *X, int64_t m, float *mix,
+            float *x_in);
+// One token: X'[j] = post[j] y + sum_i C[i][j] X[i], from its packed mix.
+void hc_post(const float *mix, uint32_t n_hc, const float *y, uint32_t n_embd, float *X);
+// The output head's reduction of one token's streams to one vector (n_embd floats).
+void hc_head(ForwardContext &ctx, const float *X, float *out);
+// A mix as n_hc_mix floats: pre (n_hc), post (n_hc), comb (n_hc x n_hc).
+void pack_mix(const HcMix &mix, float *out);
 
 // The mix of one token from its n_hc_mix mixer outputs mt and the layer's scale[3] and base:
 // pre = sigmoid(mt s0 + b) + eps, post = 2 sigmoid(mt s1 + b), comb = sinkhorn(mt s2 + b).

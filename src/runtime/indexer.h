@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/forward.h"
+#include "runtime/cpu_context.h"
 
 namespace ds4::runtime {
 

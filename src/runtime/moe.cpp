@@ -1,133 +1,23 @@
 #include "runtime/moe.h"
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <numeric>
-
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/routing.h"
-#include "backend/cpu/vector_ops.h"
-#include "common/error.h"
-
 namespace ds4::runtime {
 
-Routing route(ForwardContext &ctx, uint32_t il, const float *logits, int32_t token) {
-    const model::HParams &hp = ctx.hp;
-    const model::LayerWeights &L = ctx.w.layers[il];
-    const int32_t *hash_ids = nullptr;
-    if (L.tid2eid) {
-        if (token < 0 || static_cast<uint64_t>(token) >= L.tid2eid->ne[1])
-            throw Error("token id " + std::to_string(token) + " outside the hash routing table");
-        hash_ids =
-            reinterpret_cast<const int32_t *>(L.tid2eid->data) + size_t(token) * hp.n_expert_used;
-        for (uint32_t i = 0; i < hp.n_expert_used; ++i)
-            if (hash_ids[i] < 0 || static_cast<uint32_t>(hash_ids[i]) >= hp.n_expert)
-                throw Error("hash routing table of layer " + std::to_string(il) + " names expert " +
-                            std::to_string(hash_ids[i]));
-    }
-    const backend::cpu::RouteParams params{
-        .n_expert = hp.n_expert,
-        .n_used = hp.n_expert_used,
-        .bias = L.exp_probs_b ? reinterpret_cast<const float *>(L.exp_probs_b->data) : nullptr,
-        .normalize = hp.expert_weights_norm,
-        .scale = hp.expert_weights_scale};
-    Routing r;
-    r.experts.resize(hp.n_expert_used);
-    r.weights.resize(hp.n_expert_used);
-    backend::cpu::route_experts(logits, params, hash_ids, r.experts.data(), r.weights.data());
-    return r;
-}
+void moe_sublayer(Ops &ops, const model::HParams &hp, const model::LayerWeights &L, uint32_t il,
+                  const float *XN, int64_t n, float *Y) {
+    const size_t scratch = ops.mark();
+    const uint32_t E = hp.n_embd, FS = hp.n_ff_exp * hp.n_expert_shared;
+    float *logits = ops.buffer(n * hp.n_expert);
+    ops.linear(L.ffn_gate_inp, XN, logits, n);
+    float *slots = ops.buffer(n * hp.n_expert_used * E);
+    ops.moe_routed(il, XN, logits, n, slots);
 
-namespace {
-
-// The rows of `all` (one per token) that an expert's users name, in their order: `all` itself
-// when that is every row in order (decode), else a copy into `buffer`.
-backend::cpu::ActivationRows expert_rows(const backend::cpu::ActivationRows &all,
-                                         const std::vector<std::pair<int64_t, uint32_t>> &who,
-                                         backend::cpu::ScratchBuffer &buffer) {
-    bool identity = static_cast<int64_t>(who.size()) == all.m;
-    for (size_t j = 0; identity && j < who.size(); ++j) identity = who[j].first == int64_t(j);
-    if (identity) return all;
-    backend::cpu::ActivationRows rows = all;
-    rows.m = static_cast<int64_t>(who.size());
-    auto *out = static_cast<uint8_t *>(buffer.reserve(all.row_stride * who.size()));
-    for (size_t j = 0; j < who.size(); ++j)
-        std::memcpy(out + j * all.row_stride,
-                    static_cast<const uint8_t *>(all.data) + size_t(who[j].first) * all.row_stride,
-                    all.row_stride);
-    rows.data = out;
-    return rows;
-}
-
-}  // namespace
-
-void moe_batch(ForwardContext &ctx, uint32_t il, const float *XN,
-               const std::vector<int32_t> &tokens, float *Y) {
-    const model::HParams &hp = ctx.hp;
-    const model::LayerWeights &L = ctx.w.layers[il];
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    const uint32_t E = hp.n_embd, F = hp.n_ff_exp, K = hp.n_expert_used;
-    const float clamp = hp.swiglu_clamp[il];
-
-    std::vector<float> logits(n * hp.n_expert);
-    ctx.linear(L.ffn_gate_inp, XN, logits.data(), n);
-    std::vector<Routing> routes(n);
-    for (int64_t t = 0; t < n; ++t)
-        routes[t] = route(ctx, il, logits.data() + t * hp.n_expert, tokens[t]);
-
-    // Group (token, slot) pairs by expert; every expert's output goes to its own slot so the
-    // per-token sum below runs in selection order whatever the grouping.
-    std::vector<std::vector<std::pair<int64_t, uint32_t>>> users(hp.n_expert);
-    for (int64_t t = 0; t < n; ++t)
-        for (uint32_t i = 0; i < K; ++i) users[routes[t].experts[i]].push_back({t, i});
-    std::vector<float> slot_out(size_t(n) * K * E);
-    std::vector<float> G, U, D;
-    const auto type_gu = L.ffn_gate_exps->type, type_d = L.ffn_down_exps->type;
-    // Every token's input is quantized once for all the gate and up matrices it meets.
-    const backend::cpu::ActivationRows XQ = ctx.quantize(type_gu, XN, n, E, ctx.expert_input);
-    for (uint32_t e = 0; e < hp.n_expert; ++e) {
-        const auto &who = users[e];
-        if (who.empty()) continue;
-        const int64_t m = static_cast<int64_t>(who.size());
-        const backend::cpu::ActivationRows X = expert_rows(XQ, who, ctx.expert_rows);
-        const experts::ExpertBytes b = ctx.experts.get(il, e);
-        G.resize(m * F);
-        U.resize(m * F);
-        D.resize(m * E);
-        ctx.matmul(type_gu, b.gate, F, X, G.data());
-        ctx.matmul(type_gu, b.up, F, X, U.data());
-        // ds4 scales W2's input by the route weight; llama.cpp scales its output (the same in
-        // exact arithmetic, but W2's Q8_0 activation rounding differs).
-        const bool weight_after_down = ctx.opts.llama_cpp_rounding;
-        auto route_weight = [&](int64_t j) { return routes[who[j].first].weights[who[j].second]; };
-        for (int64_t j = 0; j < m; ++j)
-            backend::cpu::swiglu_clamped(G.data() + j * F, U.data() + j * F, F, clamp,
-                                         weight_after_down ? 1.0f : route_weight(j));
-        ctx.matmul(type_d, b.down, E, F, G.data(), m, D.data());
-        for (int64_t j = 0; j < m; ++j) {
-            float *out = slot_out.data() + (who[j].first * K + who[j].second) * E;
-            const float w = weight_after_down ? route_weight(j) : 1.0f;
-            for (uint32_t d = 0; d < E; ++d) out[d] = D[j * E + d] * w;
-        }
-    }
-
-    const uint32_t FS = F * hp.n_expert_shared;
-    std::vector<float> SG(n * FS), SU(n * FS), SD(n * E);
-    ctx.linear(L.ffn_gate_shexp, XN, SG.data(), n);
-    ctx.linear(L.ffn_up_shexp, XN, SU.data(), n);
-    for (int64_t t = 0; t < n; ++t)
-        backend::cpu::swiglu_clamped(SG.data() + t * FS, SU.data() + t * FS, FS, clamp, 1.0f);
-    ctx.linear(L.ffn_down_shexp, SG.data(), SD.data(), n);
-    for (int64_t t = 0; t < n; ++t) {
-        float *y = Y + t * E;
-        std::fill(y, y + E, 0.0f);
-        for (uint32_t i = 0; i < K; ++i) {
-            const float *o = slot_out.data() + (t * K + i) * E;
-            for (uint32_t d = 0; d < E; ++d) y[d] += o[d];
-        }
-        for (uint32_t d = 0; d < E; ++d) y[d] += SD[t * E + d];
-    }
+    float *SG = ops.buffer(n * FS), *SU = ops.buffer(n * FS), *SD = ops.buffer(n * E);
+    ops.linear(L.ffn_gate_shexp, XN, SG, n);
+    ops.linear(L.ffn_up_shexp, XN, SU, n);
+    ops.swiglu(SG, SU, n, FS, hp.swiglu_clamp[il]);
+    ops.linear(L.ffn_down_shexp, SG, SD, n);
+    ops.moe_sum(slots, SD, n, Y);
+    ops.release(scratch);
 }
 
 }  // namespace ds4::runtime

@@ -1,25 +1,17 @@
 #pragma once
-// The feed-forward sublayer (docs/MODEL.md 4.6): a router picks n_expert_used routed experts (by
-// score, or by a token-id table on hash layers), each a clamped SwiGLU weighted before its down
-// projection, plus the always-on shared expert.
+// The feed-forward sublayer (docs/MODEL.md 4.6): the router's logits, the routed experts (each a
+// clamped SwiGLU weighted before its down projection, one output slot per selected expert), the
+// always-on shared expert, and their sum in selection order.
 #include <cstdint>
-#include <vector>
 
-#include "runtime/forward.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+#include "runtime/ops.h"
 
 namespace ds4::runtime {
 
-struct Routing {
-    std::vector<uint32_t> experts;  // in selection order
-    std::vector<float> weights;     // normalised and scaled
-};
-
-// Router decision of layer il for one token from its router logits (n_expert floats).
-Routing route(ForwardContext &ctx, uint32_t il, const float *logits, int32_t token);
-
-// For each token t of the batch: Y[t] = sum_i w_i * expert_i(XN[t]) + shared(XN[t]), summed in
-// selection order. Each expert's rows are read once per batch, for all tokens routed to it.
-void moe_batch(ForwardContext &ctx, uint32_t il, const float *XN,
-               const std::vector<int32_t> &tokens, float *Y);
+// XN: the normalised sublayer inputs of the batch (n x n_embd); Y: the outputs (n x n_embd).
+void moe_sublayer(Ops &ops, const model::HParams &hp, const model::LayerWeights &L, uint32_t il,
+                  const float *XN, int64_t n, float *Y);
 
 }  // namespace ds4::runtime

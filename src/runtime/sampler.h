@@ -1,7 +1,7 @@
 #pragma once
-// Next-token selection from logits (docs/MODEL.md 7.4, docs/SURFACES.md 1): greedy at temperature 0 (first
-// maximal index); otherwise top-k (capped at 1024) pre-selects the best logits, min-p keeps the
-// candidates whose probability after temperature is at least min_p x the top one's, top-p keeps
+// Next-token selection from logits (docs/MODEL.md 7.4, docs/SURFACES.md 1): greedy at temperature 0
+// (first maximal index); otherwise top-k (capped at 1024) pre-selects the best logits, min-p keeps
+// the candidates whose probability after temperature is at least min_p x the top one's, top-p keeps
 // the smallest prefix of those survivors (sorted, renormalized) whose mass reaches top_p, and an
 // xorshift64* generator seeded by the user draws from what is left. Also the log-probabilities
 // of the top tokens.

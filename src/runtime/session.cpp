@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "runtime/cpu_ops.h"
+#include "runtime/forward.h"
 
 namespace ds4::runtime {
 
@@ -18,17 +20,20 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
     }
     m->pool_ = std::make_unique<backend::cpu::ThreadPool>(opts.n_threads);
     m->experts_ = experts::make_resident_source(m->weights_);
+    if (opts.backend == Backend::Cuda)
+        m->device_ = upload_to_cuda(m->hp_, m->weights_, opts.upload_progress);
     return m;
 }
 
-Session::Session(Model &model, const SessionOptions &opts)
-    : ctx_(model.hparams(), model.weights(), model.pool(), model.experts(), opts.forward),
-      forward_(ctx_),
-      cache_(model.hparams(), opts.ctx,
-             opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0),
-      chunk_(opts.chunk) {
+Session::Session(Model &model, const SessionOptions &opts) : model_(model), chunk_(opts.chunk) {
     if (opts.ctx == 0) throw Error("context size must be > 0");
     if (opts.chunk == 0) throw Error("prefill chunk must be > 0");
+    const bool f16 = opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0;
+    if (model.device())
+        ops_ = model.device()->new_session(opts.ctx, f16, opts.forward, opts.chunk);
+    else
+        ops_ = std::make_unique<CpuOps>(model.hparams(), model.weights(), model.pool(),
+                                        model.experts(), opts.forward, opts.ctx, f16);
 }
 
 uint64_t Session::kv_bytes_for(const model::HParams &hp, const SessionOptions &opts) {
@@ -53,14 +58,14 @@ uint64_t Session::kv_bytes_for(const model::HParams &hp, const SessionOptions &o
 
 const std::vector<float> &Session::eval(std::span<const int32_t> tokens,
                                         const std::function<void(size_t, size_t)> &progress) {
-    if (tokens_.size() + tokens.size() > cache_.ctx)
-        throw Error(
-            fmt::format("{} tokens do not fit: {} already in the context, {} new, context size {}",
-                        tokens_.size() + tokens.size(), tokens_.size(), tokens.size(), cache_.ctx));
+    if (tokens_.size() + tokens.size() > ops_->ctx())
+        throw Error(fmt::format(
+            "{} tokens do not fit: {} already in the context, {} new, context size {}",
+            tokens_.size() + tokens.size(), tokens_.size(), tokens.size(), ops_->ctx()));
     for (size_t i = 0; i < tokens.size(); i += chunk_) {
         const size_t n = std::min<size_t>(chunk_, tokens.size() - i);
-        const std::vector<int32_t> batch(tokens.begin() + i, tokens.begin() + i + n);
-        logits_ = forward_.eval(batch, cache_);
+        const std::span<const int32_t> batch = tokens.subspan(i, n);
+        forward(*ops_, model_.hparams(), model_.weights(), batch, logits_);
         tokens_.insert(tokens_.end(), batch.begin(), batch.end());
         if (progress) progress(i + n, tokens.size());
     }
@@ -68,9 +73,19 @@ const std::vector<float> &Session::eval(std::span<const int32_t> tokens,
 }
 
 void Session::restore(const Snapshot &s) {
-    cache_ = s.cache;
+    ops_->restore(*s.state);
     logits_ = s.logits;
     tokens_ = s.tokens;
+}
+
+const char *backend_name(Backend b) {
+    return b == Backend::Cuda ? "cuda" : "cpu";
+}
+
+Backend parse_backend(const std::string &name) {
+    if (name == "cpu") return Backend::Cpu;
+    if (name == "cuda") return Backend::Cuda;
+    throw Error(fmt::format("unknown backend '{}': expected cpu or cuda", name));
 }
 
 }  // namespace ds4::runtime

@@ -14,14 +14,18 @@
 #include "gguf/gguf_file.h"
 #include "model/hparams.h"
 #include "model/weights.h"
-#include "runtime/forward.h"
-#include "runtime/kv_cache.h"
+#include "runtime/device_weights.h"
+#include "runtime/forward_options.h"
+#include "runtime/ops.h"
 
 namespace ds4::runtime {
 
 struct ModelOptions {
     int n_threads = 0;    // 0 = all cores
     bool strict = false;  // require the published Flash layout
+    Backend backend = Backend::Cpu;
+    // Called as weights are copied to a device: (bytes done, bytes in all).
+    std::function<void(uint64_t, uint64_t)> upload_progress;
 };
 
 class Model {
@@ -34,6 +38,9 @@ class Model {
     const model::ModelWeights &weights() const { return weights_; }
     backend::cpu::ThreadPool &pool() { return *pool_; }
     experts::ExpertSource &experts() { return *experts_; }
+    Backend backend() const { return device_ ? Backend::Cuda : Backend::Cpu; }
+    // The device copy of the weights (null on the CPU backend).
+    DeviceWeights *device() { return device_.get(); }
 
   private:
     Model() = default;
@@ -42,6 +49,7 @@ class Model {
     model::ModelWeights weights_;
     std::unique_ptr<backend::cpu::ThreadPool> pool_;
     std::unique_ptr<experts::ExpertSource> experts_;
+    std::unique_ptr<DeviceWeights> device_;
 };
 
 struct SessionOptions {
@@ -64,25 +72,25 @@ class Session {
                                    const std::function<void(size_t, size_t)> &progress = {});
     const std::vector<float> &logits() const { return logits_; }
     const std::vector<int32_t> &tokens() const { return tokens_; }
-    uint32_t ctx() const { return cache_.ctx; }
+    uint32_t ctx() const { return ops_->ctx(); }
     uint32_t chunk() const { return chunk_; }
-    size_t kv_bytes() const { return cache_.bytes(); }
+    size_t kv_bytes() const { return ops_->kv_bytes(); }
     // The bytes kv_bytes() will report for a session of `opts` over a model of `hp`, computed
     // without allocating, so that a context too large for the machine is refused beforehand.
     static uint64_t kv_bytes_for(const model::HParams &hp, const SessionOptions &opts);
 
+    // A copy of the session's state: the backend's attention state, the logits and the tokens.
     struct Snapshot {
-        KvCache cache;
+        std::shared_ptr<const BackendState> state;
         std::vector<float> logits;
         std::vector<int32_t> tokens;
     };
-    Snapshot save() const { return {cache_, logits_, tokens_}; }
+    Snapshot save() const { return {ops_->save(), logits_, tokens_}; }
     void restore(const Snapshot &s);
 
   private:
-    ForwardContext ctx_;
-    Forward forward_;
-    KvCache cache_;
+    Model &model_;
+    std::unique_ptr<Ops> ops_;
     uint32_t chunk_;
     std::vector<float> logits_;
     std::vector<int32_t> tokens_;

@@ -55,9 +55,10 @@ TEST(CudaHc, CombineAndPostBitForBit) {
                comb = random_floats(kN * kN, 7, 1.0f);
     std::vector<float> want_x(kE);
     runtime::hc_combine(pre.data(), X.data(), kN, uint32_t(kE), want_x.data());
-    runtime::HcMix mix{pre, post, comb};
+    std::vector<float> mix(2 * kN + kN * kN);
+    runtime::pack_mix(runtime::HcMix{pre, post, comb}, mix.data());
     std::vector<float> want_X(X);
-    runtime::hc_post(mix, y.data(), uint32_t(kE), want_X.data());
+    runtime::hc_post(mix.data(), kN, y.data(), uint32_t(kE), want_X.data());
 
     const DeviceBuffer dpre = to_device(pre), dpost = to_device(post), dcomb = to_device(comb),
                        dy = to_device(y);

@@ -1,0 +1,143 @@
+#include "runtime/cpu_ops.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/vector_ops.h"
+#include "common/error.h"
+#include "quant/quant.h"
+#include "runtime/attention_core.h"
+#include "runtime/hyper_connections.h"
+#include "runtime/moe_routed.h"
+
+namespace ds4::runtime {
+namespace {
+
+size_t live_bytes(const RowStore &r) {
+    return r.capacity() ? r.bytes() / r.capacity() * r.size() : 0;
+}
+
+const float *f32_or_null(model::Tensor t) {
+    return t ? reinterpret_cast<const float *>(t->data) : nullptr;
+}
+
+}  // namespace
+
+size_t CpuState::payload_bytes() const {
+    size_t b = 2 * cache.layers.size() * sizeof(uint32_t);
+    for (const auto &l : cache.layers)
+        b += live_bytes(l.raw) + live_bytes(l.comp) + live_bytes(l.idx) + l.comp_state.bytes() +
+             l.idx_state.bytes();
+    return b;
+}
+
+CpuOps::CpuOps(const model::HParams &hp, const model::ModelWeights &w,
+               backend::cpu::ThreadPool &pool, experts::ExpertSource &experts, ForwardOptions opts,
+               uint32_t ctx, bool f16_rows)
+    : ctx_(hp, w, pool, experts, opts), cache_(hp, ctx, f16_rows) {}
+
+void CpuOps::begin_batch(std::span<const int32_t> tokens) {
+    tokens_.assign(tokens.begin(), tokens.end());
+    buffers_.clear();
+}
+
+float *CpuOps::buffer(size_t n) {
+    return buffers_.emplace_back(n, 0.0f).data();
+}
+
+void CpuOps::end_batch() {
+    cache_.n_past += static_cast<int64_t>(tokens_.size());
+}
+
+void CpuOps::embed(float *X) {
+    const model::HParams &hp = ctx_.hp;
+    const model::Tensor table = ctx_.w.token_embd;
+    const uint32_t E = hp.n_embd, HC = hp.n_hc;
+    std::vector<float> e(E);
+    for (size_t t = 0; t < tokens_.size(); ++t) {
+        quant::dequantize_row(table->type, table->data + size_t(tokens_[t]) * table->row_bytes(),
+                              e.data(), E);
+        for (uint32_t h = 0; h < HC; ++h) std::copy(e.begin(), e.end(), X + (t * HC + h) * E);
+    }
+}
+
+void CpuOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
+    ctx_.linear(w, X, Y, m);
+}
+
+void CpuOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, float *Y, int64_t m) {
+    const int64_t R = static_cast<int64_t>(w->ne[1]) / groups;
+    const int64_t K = static_cast<int64_t>(w->ne[0]);
+    std::vector<float> group_in(m * K), group_out(m * R);
+    for (uint32_t g = 0; g < groups; ++g) {
+        for (int64_t t = 0; t < m; ++t)
+            std::copy_n(X + (t * groups + g) * K, K, group_in.data() + t * K);
+        ctx_.linear_rows(w, int64_t(g) * R, R, group_in.data(), group_out.data(), m);
+        for (int64_t t = 0; t < m; ++t)
+            std::copy_n(group_out.data() + t * R, R, Y + (t * groups + g) * R);
+    }
+}
+
+void CpuOps::rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int64_t n) {
+    for (int64_t t = 0; t < m; ++t)
+        backend::cpu::rms_norm(x + t * n, f32_or_null(w), y + t * n, n, ctx_.hp.rms_eps);
+}
+
+void CpuOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix, float *x_in) {
+    runtime::hc_pre(ctx_, hc, X, m, mix, x_in);
+}
+
+void CpuOps::hc_post(const float *mix, const float *y, int64_t m, float *X) {
+    const uint32_t n = ctx_.hp.n_hc, E = ctx_.hp.n_embd, n_mix = ctx_.hp.n_hc_mix();
+    for (int64_t t = 0; t < m; ++t)
+        runtime::hc_post(mix + t * n_mix, n, y + t * E, E, X + t * size_t(n) * E);
+}
+
+void CpuOps::hc_head(const float *X, float *out) {
+    runtime::hc_head(ctx_, X, out);
+}
+
+void CpuOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, float *O) {
+    attention_core_cpu(ctx_, il, cache_.layers[il], in, cache_.n_past, m, O);
+}
+
+void CpuOps::moe_routed(uint32_t il, const float *XN, const float *logits, int64_t m,
+                        float *slot_out) {
+    if (m != static_cast<int64_t>(tokens_.size()))
+        throw Error("moe_routed: the batch has " + std::to_string(tokens_.size()) + " tokens");
+    moe_routed_cpu(ctx_, il, XN, logits, tokens_, slot_out);
+}
+
+void CpuOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp) {
+    for (int64_t t = 0; t < m; ++t)
+        backend::cpu::swiglu_clamped(G + t * n, U + t * n, n, clamp, 1.0f);
+}
+
+void CpuOps::moe_sum(const float *slot_out, const float *shared, int64_t m, float *Y) {
+    const uint32_t E = ctx_.hp.n_embd, K = ctx_.hp.n_expert_used;
+    for (int64_t t = 0; t < m; ++t) {
+        float *y = Y + t * E;
+        std::fill(y, y + E, 0.0f);
+        for (uint32_t i = 0; i < K; ++i) {
+            const float *o = slot_out + (t * K + i) * E;
+            for (uint32_t d = 0; d < E; ++d) y[d] += o[d];
+        }
+        for (uint32_t d = 0; d < E; ++d) y[d] += shared[t * E + d];
+    }
+}
+
+void CpuOps::read(const float *x, size_t n, float *host) {
+    std::memcpy(host, x, n * sizeof(float));
+}
+
+std::shared_ptr<const BackendState> CpuOps::save() const {
+    return std::make_shared<CpuState>(cache_);
+}
+
+void CpuOps::restore(const BackendState &state) {
+    const auto *s = dynamic_cast<const CpuState *>(&state);
+    if (s == nullptr) throw Error("restore: a snapshot of another backend");
+    cache_ = s->cache;
+}
+
+}  // namespace ds4::runtime

@@ -1,0 +1,13 @@
+// upload_to_cuda of a build without the CUDA backend (DS4_CUDA=OFF).
+#include "common/error.h"
+#include "runtime/device_weights.h"
+
+namespace ds4::runtime {
+
+std::unique_ptr<DeviceWeights> upload_to_cuda(const model::HParams &, const model::ModelWeights &,
+                                              const std::function<void(uint64_t, uint64_t)> &) {
+    throw Error(
+        "this build has no CUDA backend: configure with -DDS4_CUDA=ON on a machine with nvcc");
+}
+
+}  // namespace ds4::runtime

@@ -1,0 +1,99 @@
+#pragma once
+// The operations of the model order: what a backend implements so that runtime/forward.cpp,
+// attention.cpp and moe.cpp state the order of DeepSeek V4 (docs/MODEL.md 4.8) once for every
+// backend. Buffers are float arrays in the backend's memory (host memory on the CPU, device
+// memory on CUDA): the model order passes them from one operation to the next and never reads
+// them, so a backend may run each operation at once (the CPU) or enqueue it (CUDA).
+//
+// A batch is n tokens at consecutive positions; buffers hold n rows, row-major. One Ops object
+// serves one session and owns that session's attention state (docs/MODEL.md 8.1).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "model/weights.h"
+
+namespace ds4::runtime {
+
+// A backend's copy of a session's attention state (saved and restored by the session).
+class BackendState {
+  public:
+    virtual ~BackendState() = default;
+    // The bytes a serialised copy needs: the rows and compressor windows in use.
+    virtual size_t payload_bytes() const = 0;
+};
+
+// One hyper-connection site: the mixer matrix, its 3 scales and its base (docs/MODEL.md 4.2).
+struct HcWeights {
+    model::Tensor fn, scale, base;
+};
+
+// The per-token inputs of a layer's attention core, each n rows: the projections of the batch.
+// The core rotates and rounds q, idx_q and idx_w in place.
+struct AttentionInputs {
+    float *q = nullptr;         // n x n_head x head_dim, before the per-head norm and RoPE
+    const float *kv = nullptr;  // n x head_dim, before its norm
+    const float *comp_kv = nullptr, *comp_score = nullptr;  // n x width (compressed layers)
+    const float *idx_kv = nullptr, *idx_score = nullptr;    // n x width (overlapped layers)
+    float *idx_q = nullptr;  // n x n_idx_head x idx_head_dim (overlapped layers)
+    float *idx_w = nullptr;  // n x n_idx_head
+};
+
+class Ops {
+  public:
+    virtual ~Ops() = default;
+
+    // Positions the attention state can hold, and how many it holds.
+    virtual uint32_t ctx() const = 0;
+    virtual int64_t n_past() const = 0;
+
+    // Starts a batch of tokens at positions n_past().., releasing the previous batch's buffers.
+    // Ids are validated by the caller.
+    virtual void begin_batch(std::span<const int32_t> tokens) = 0;
+    // n floats for the current batch, zeroed.
+    virtual float *buffer(size_t n) = 0;
+    // Buffers taken after mark() are given back by release(mark): a sublayer's scratch.
+    virtual size_t mark() const = 0;
+    virtual void release(size_t mark) = 0;
+    // The batch's positions are now in the attention state.
+    virtual void end_batch() = 0;
+
+    // X (n x n_hc x n_embd): every stream of every token starts as its embedding.
+    virtual void embed(float *X) = 0;
+    // Y = X W^T over m rows (W: rows = ne[1], row length = ne[0]), activations rounded as the
+    // weight's format requires.
+    virtual void linear(model::Tensor w, const float *X, float *Y, int64_t m) = 0;
+    // The grouped projection: W's rows split into `groups` equal blocks, block g applied to the
+    // g-th slice of each input row (row length groups x ne[0]) into the g-th slice of Y's row.
+    virtual void linear_groups(model::Tensor w, uint32_t groups, const float *X, float *Y,
+                               int64_t m) = 0;
+    // y = rms_norm(x) * w over m rows of n (w: an F32 vector, or null for none).
+    virtual void rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int64_t n) = 0;
+    // Hyper-connections: the mixes of m token states X (each n_hc_mix floats: pre, post, comb)
+    // and the sublayer inputs x_in = sum_h pre[h] X[h]; then X'[j] = post[j] y + sum_i C[i][j]
+    // X[i]; and the output head's reduction of one token's streams (X: n_hc x n_embd) to n_embd.
+    virtual void hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix,
+                        float *x_in) = 0;
+    virtual void hc_post(const float *mix, const float *y, int64_t m, float *X) = 0;
+    virtual void hc_head(const float *X, float *out) = 0;
+    // Per token, in position order: the KV rows appended (window, compressors, indexer), the
+    // rows the token sees selected, attention over them. O: n x n_head x head_dim.
+    virtual void attention_core(uint32_t il, const AttentionInputs &in, int64_t m, float *O) = 0;
+    // The routed experts of layer il from the router logits (m x n_expert): each token's
+    // selected experts' outputs, weighted, one slot each (m x n_expert_used x n_embd).
+    virtual void moe_routed(uint32_t il, const float *XN, const float *logits, int64_t m,
+                            float *slot_out) = 0;
+    // G = silu(min(G, c)) * clamp(U, -c, c) in place, m rows of n (no clamp for c <= 1e-6).
+    virtual void swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp) = 0;
+    // Y[t] = slot_out[t][0] + ... + slot_out[t][K-1] + shared[t], in selection order.
+    virtual void moe_sum(const float *slot_out, const float *shared, int64_t m, float *Y) = 0;
+    // Copies n floats of a buffer to host memory (waits for the work that writes them).
+    virtual void read(const float *x, size_t n, float *host) = 0;
+
+    virtual std::shared_ptr<const BackendState> save() const = 0;
+    virtual void restore(const BackendState &state) = 0;
+    virtual size_t kv_bytes() const = 0;
+};
+
+}  // namespace ds4::runtime
