@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/compressor_pool.h"
 #include "backend/cpu/vector_ops.h"
 #include "quant/quant.h"
 
@@ -36,38 +37,7 @@ bool compressor_push(ForwardContext &ctx, uint32_t il, const CompressorWeights &
 
     // Pool each column j of the output over the window's candidate rows.
     std::vector<float> pooled(d);
-    std::vector<float> s, v;
-    for (uint32_t j = 0; j < d; ++j) {
-        s.clear();
-        v.clear();
-        if (overlap) {
-            for (uint32_t i = 0; i < r; ++i) {  // previous window, first half of the columns
-                s.push_back(st.score[i * W + j]);
-                v.push_back(st.kv[i * W + j]);
-            }
-            for (uint32_t i = r; i < 2 * r; ++i) {  // current window, second half
-                s.push_back(st.score[i * W + d + j]);
-                v.push_back(st.kv[i * W + d + j]);
-            }
-        } else {
-            for (uint32_t i = 0; i < r; ++i) {
-                s.push_back(st.score[i * W + j]);
-                v.push_back(st.kv[i * W + j]);
-            }
-        }
-        const float mx = *std::max_element(s.begin(), s.end());
-        if (mx == -INFINITY) {
-            pooled[j] = 0.0f;
-            continue;
-        }
-        float den = 0.0f, num = 0.0f;
-        for (size_t i = 0; i < s.size(); ++i) {
-            const float e = std::exp(s[i] - mx);
-            den += e;
-            num += e * v[i];
-        }
-        pooled[j] = num / den;
-    }
+    backend::cpu::compressor_pool(st.kv.data(), st.score.data(), r, overlap, d, W, pooled.data());
     if (overlap) {  // the current window becomes the previous one
         std::copy(st.kv.begin() + size_t(r) * W, st.kv.begin() + size_t(2 * r) * W, st.kv.begin());
         std::copy(st.score.begin() + size_t(r) * W, st.score.begin() + size_t(2 * r) * W,

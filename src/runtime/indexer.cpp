@@ -1,9 +1,9 @@
 #include "runtime/indexer.h"
 
-#include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/indexer_score.h"
 #include "backend/cpu/qat_sim.h"
 
 namespace ds4::runtime {
@@ -22,28 +22,11 @@ std::vector<uint32_t> indexer_select(ForwardContext &ctx, uint32_t il, const Lay
         if (ctx.opts.qat_sim) backend::cpu::indexer_qat(q + size_t(h) * I, I);
     }
     const float wscale = static_cast<float>(1.0 / std::sqrt(double(I) * H));
-    for (uint32_t h = 0; h < H; ++h) w[h] *= wscale;
-
-    // score[c] = sum_h relu(q_h . k_c) * w_h
-    std::vector<float> score(n_rows), k(I);
-    for (uint32_t c = 0; c < n_rows; ++c) {
-        st.idx.get(c, k.data());
-        float acc = 0.0f;
-        for (uint32_t h = 0; h < H; ++h) {
-            const float *qh = q + size_t(h) * I;
-            float dot = 0.0f;
-            for (uint32_t j = 0; j < I; ++j) dot += qh[j] * k[j];
-            acc += std::max(dot, 0.0f) * w[h];
-        }
-        score[c] = acc;
-    }
-    // Top-k by score, ties to the lower row; returned ascending.
-    std::partial_sort(all.begin(), all.begin() + hp.idx_top_k, all.end(),
-                      [&](uint32_t a, uint32_t b) {
-                          return score[a] > score[b] || (score[a] == score[b] && a < b);
-                      });
+    std::vector<float> rows(size_t(n_rows) * I), score(n_rows);
+    for (uint32_t c = 0; c < n_rows; ++c) st.idx.get(c, rows.data() + size_t(c) * I);
+    backend::cpu::indexer_scores(q, w, wscale, rows.data(), n_rows, H, I, score.data());
     all.resize(hp.idx_top_k);
-    std::sort(all.begin(), all.end());
+    backend::cpu::top_k_ascending(score.data(), n_rows, hp.idx_top_k, all.data());
     return all;
 }
 

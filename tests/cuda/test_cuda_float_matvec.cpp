@@ -3,9 +3,12 @@
 // they may differ only by the double additions' order: |gpu - cpu| <= 1 ulp of the f32 result +
 // 2 k 2^-53 sum |w x|. Shapes of the published model's float matrices (hyper-connection mixers,
 // router, compressor, indexer) and small odd ones, the split-k path included; outputs poisoned
-// with NaN first; two launches give the same bits.
+// with NaN first; two launches give the same bits. The routed-expert form (6 slots over 16 or
+// 256 experts, one id repeated, x shared by all slots or one row per slot) meets the same bound
+// against the CPU's vec_dot on the selected expert's rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -24,6 +27,24 @@ namespace {
 using test::random_floats;
 using test::to_device;
 using test::to_host;
+
+// Whether the kernel's output for weight row `row` (k values of `type`) against x is within the
+// bound above of the CPU's vec_dot.
+::testing::AssertionResult within_one_ulp(GgmlType type, const uint8_t *row, const float *x,
+                                          int64_t k, float got) {
+    const float want = quant::kernels(type, quant::SimdLevel::Scalar).vec_dot(k, row, x);
+    std::vector<float> wrow(static_cast<size_t>(k));
+    quant::dequantize_row(type, row, wrow.data(), k);
+    double abs_sum = 0;
+    for (int64_t i = 0; i < k; ++i) abs_sum += std::fabs(double(wrow[size_t(i)]) * x[i]);
+    const double ulp = std::fabs(std::nextafter(want, INFINITY) - want);
+    const double bound = ulp + 2.0 * double(k) * DBL_EPSILON / 2 * abs_sum;
+    if (std::isnan(got)) return ::testing::AssertionFailure() << "not written";
+    if (std::fabs(double(got) - double(want)) > bound)
+        return ::testing::AssertionFailure()
+               << got << " vs the CPU's " << want << ", more than " << bound << " apart";
+    return ::testing::AssertionSuccess();
+}
 
 struct Case {
     GgmlType type;
@@ -47,7 +68,6 @@ TEST_P(CudaFloatMatvec, EqualsCpuToOneUlp) {
     DeviceBuffer y(size_t(n_rows) * sizeof(float)),
         scratch(std::max<size_t>(1, float_matvec_scratch_bytes(host_view)));
     const FloatMatrix m{type, dw.get(), n_rows, k};
-    const auto &cpu = quant::kernels(type, quant::SimdLevel::Scalar);
     const size_t row_bytes = quant::row_size(type, k);
     std::vector<float> first;
     for (int run = 0; run < 2; ++run) {
@@ -60,20 +80,10 @@ TEST_P(CudaFloatMatvec, EqualsCpuToOneUlp) {
             return;
         }
         first = got;
-        std::vector<float> wrow(static_cast<size_t>(k));
-        for (int64_t r = 0; r < n_rows; ++r) {
-            const uint8_t *row = w.data() + size_t(r) * row_bytes;
-            const float want = cpu.vec_dot(k, row, x.data());
-            quant::dequantize_row(type, row, wrow.data(), k);
-            double abs_sum = 0;
-            for (int64_t i = 0; i < k; ++i)
-                abs_sum += std::fabs(double(wrow[size_t(i)]) * x[size_t(i)]);
-            const double ulp = std::fabs(std::nextafter(want, INFINITY) - want);
-            const double bound = ulp + 2.0 * double(k) * DBL_EPSILON / 2 * abs_sum;
-            ASSERT_FALSE(std::isnan(got[size_t(r)])) << "row " << r << " not written";
-            ASSERT_LE(std::fabs(double(got[size_t(r)]) - double(want)), bound)
+        for (int64_t r = 0; r < n_rows; ++r)
+            ASSERT_TRUE(
+                within_one_ulp(type, w.data() + size_t(r) * row_bytes, x.data(), k, got[size_t(r)]))
                 << ggml_type_name(type) << " row " << r << " of " << n_rows << " x " << k;
-        }
     }
 }
 
@@ -89,6 +99,75 @@ INSTANTIATE_TEST_SUITE_P(
         return std::string(ggml_type_name(info.param.type)) + "_" +
                std::to_string(info.param.n_rows) + "x" + std::to_string(info.param.k);
     });
+
+struct ExpertCase {
+    GgmlType type;
+    int64_t n_experts, n_rows, k;
+};
+
+void PrintTo(const ExpertCase &c, std::ostream *os) {
+    *os << ggml_type_name(c.type) << " " << c.n_experts << " experts of " << c.n_rows << "x" << c.k;
+}
+
+class CudaFloatExperts : public ::testing::TestWithParam<ExpertCase> {};
+
+TEST_P(CudaFloatExperts, EqualCpuToOneUlp) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    const auto [type, n_experts, n_rows, k] = GetParam();
+    const std::vector<int32_t> ids = {3, 0, int32_t(n_experts - 1), 3, int32_t(n_experts / 2 + 1),
+                                      1};
+    const int n_ids = int(ids.size());
+    const auto w = quant::random_blocks(type, n_experts * n_rows * k, 47 + k + n_rows);
+    const DeviceBuffer dw = to_device(w), dids = to_device(ids);
+    const FloatMatrix m{type, dw.get(), n_rows, k};
+    const size_t n_out = size_t(n_ids) * size_t(n_rows);
+    DeviceBuffer y(n_out * sizeof(float)),
+        scratch(std::max<size_t>(1, float_matvec_experts_scratch_bytes(m, n_ids)));
+    const size_t row_bytes = quant::row_size(type, k);
+    for (const bool per_slot : {false, true}) {
+        const int64_t n_x = per_slot ? n_ids : 1;
+        const auto x = random_floats(k * n_x, 53 + n_rows + (per_slot ? 1 : 0), 3.0f);
+        const DeviceBuffer dx = to_device(x);
+        std::vector<float> first;
+        for (int run = 0; run < 2; ++run) {
+            DS4_CUDA_CHECK(cudaMemset(y.get(), 0xff, y.bytes()));
+            matvec_float_experts(m, dids.as<int32_t>(), n_ids, dx.as<float>(), per_slot,
+                                 y.as<float>(), scratch.get(), nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto got = to_host<float>(y, n_out);
+            if (run == 1) {
+                ASSERT_EQ(std::memcmp(got.data(), first.data(), n_out * sizeof(float)), 0)
+                    << "two launches differ";
+                break;
+            }
+            first = got;
+            for (int i = 0; i < n_ids; ++i)
+                for (int64_t r = 0; r < n_rows; ++r)
+                    ASSERT_TRUE(within_one_ulp(
+                        type, w.data() + size_t(ids[size_t(i)] * n_rows + r) * row_bytes,
+                        x.data() + (per_slot ? i * k : 0), k, got[size_t(i * n_rows + r)]))
+                        << ggml_type_name(type) << " slot " << i << " (expert " << ids[size_t(i)]
+                        << ") row " << r << " of " << n_rows << " x " << k
+                        << (per_slot ? ", x per slot" : ", x shared");
+        }
+    }
+}
+
+// Few long rows per expert (the split-k path over all slots), many short ones, and the three
+// formats, over 16 experts and all 256 of Flash.
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaFloatExperts,
+                         ::testing::Values(ExpertCase{GgmlType::F16, 16, 4, 16384},
+                                           ExpertCase{GgmlType::F16, 16, 1024, 4096},
+                                           ExpertCase{GgmlType::BF16, 256, 24, 4096},
+                                           ExpertCase{GgmlType::BF16, 256, 37, 96},
+                                           ExpertCase{GgmlType::F32, 16, 129, 520},
+                                           ExpertCase{GgmlType::F32, 256, 8, 2048}),
+                         [](const auto &info) {
+                             return std::string(ggml_type_name(info.param.type)) + "_" +
+                                    std::to_string(info.param.n_experts) + "experts_" +
+                                    std::to_string(info.param.n_rows) + "x" +
+                                    std::to_string(info.param.k);
+                         });
 
 }  // namespace
 }  // namespace ds4::cuda

@@ -8,7 +8,10 @@
 //     |gpu - cpu| <= 2 * n_blocks * eps_f32 * sum_b |term_b| (each order's rounding error is at
 //     most (n_blocks - 1) eps times that sum);
 //   - outputs are poisoned with NaN before every launch (a row the kernel skips fails), and two
-//     launches give the same bits (no atomics, a fixed reduction order).
+//     launches give the same bits (no atomics, a fixed reduction order);
+//   - the routed-expert form (6 slots over 16 or 256 experts, one id repeated, the activation
+//     shared by all slots or one per slot) meets the same bound against vec_dot on the selected
+//     expert's rows, and each slot's outputs are bit for bit the dense kernel's on that expert.
 // Without a CUDA device every test skips and says so.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -98,6 +101,30 @@ TEST(CudaQ8_0, ActivationQuantizerEqualsCpuOnEdgeCases) {
     expect_quantizer_matches_cpu(x);
 }
 
+// Whether the kernel's output for weight row w (k values) against activation blocks xb is
+// within the bound above of the CPU's vec_dot.
+::testing::AssertionResult within_reassociation_bound(const quant::BlockQ8_0 *w,
+                                                      const quant::BlockQ8_0 *xb, int64_t k,
+                                                      float got) {
+    const float want = quant::kernels(GgmlType::Q8_0).vec_dot(k, w, xb);
+    const int64_t nb = k / 32;
+    double abs_terms = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+        int32_t s = 0;
+        for (int i = 0; i < 32; ++i) s += w[b].qs[i] * xb[b].qs[i];
+        float dw_f, dx_f;
+        quant::dequantize_row(GgmlType::F16, &w[b].d, &dw_f, 1);
+        quant::dequantize_row(GgmlType::F16, &xb[b].d, &dx_f, 1);
+        abs_terms += std::fabs(double(s) * double(dw_f * dx_f));
+    }
+    const double bound = 2.0 * double(nb) * FLT_EPSILON * abs_terms;
+    if (std::isnan(got)) return ::testing::AssertionFailure() << "not written";
+    if (std::fabs(double(got) - double(want)) > bound)
+        return ::testing::AssertionFailure()
+               << got << " vs the CPU's " << want << ", more than " << bound << " apart";
+    return ::testing::AssertionSuccess();
+}
+
 struct MatvecCase {
     int64_t n_rows, k;
 };
@@ -136,22 +163,9 @@ TEST_P(CudaQ8_0Matvec, EqualsCpuWithinReassociationBound) {
             break;
         }
         first = got;
-        for (int64_t r = 0; r < n_rows; ++r) {
-            const float want = quant::kernels(GgmlType::Q8_0).vec_dot(k, wb + r * nb, xb.data());
-            double abs_terms = 0;
-            for (int64_t b = 0; b < nb; ++b) {
-                int32_t s = 0;
-                for (int i = 0; i < 32; ++i) s += wb[r * nb + b].qs[i] * xb[b].qs[i];
-                float dw_f, dx_f;
-                quant::dequantize_row(GgmlType::F16, &wb[r * nb + b].d, &dw_f, 1);
-                quant::dequantize_row(GgmlType::F16, &xb[b].d, &dx_f, 1);
-                abs_terms += std::fabs(double(s) * double(dw_f * dx_f));
-            }
-            const double bound = 2.0 * double(nb) * FLT_EPSILON * abs_terms;
-            ASSERT_FALSE(std::isnan(got[size_t(r)])) << "row " << r << " not written";
-            ASSERT_LE(std::fabs(double(got[size_t(r)]) - double(want)), bound)
+        for (int64_t r = 0; r < n_rows; ++r)
+            ASSERT_TRUE(within_reassociation_bound(wb + r * nb, xb.data(), k, got[size_t(r)]))
                 << "row " << r << " of " << n_rows << " x " << k;
-        }
     }
 }
 
@@ -164,6 +178,90 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaQ8_0Matvec,
                                            MatvecCase{8193, 544}, MatvecCase{1, 32}),
                          [](const auto &info) {
                              return std::to_string(info.param.n_rows) + "x" +
+                                    std::to_string(info.param.k);
+                         });
+
+struct ExpertCase {
+    int64_t n_experts, n_rows, k;
+};
+
+void PrintTo(const ExpertCase &c, std::ostream *os) {
+    *os << c.n_experts << " experts of " << c.n_rows << "x" << c.k;
+}
+
+class CudaQ8_0Experts : public ::testing::TestWithParam<ExpertCase> {};
+
+TEST_P(CudaQ8_0Experts, EqualCpuWithinReassociationBoundAndDenseBits) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    const auto [n_experts, n_rows, k] = GetParam();
+    const std::vector<int32_t> ids = {3, 0, int32_t(n_experts - 1), 3, int32_t(n_experts / 2 + 1),
+                                      1};
+    const int n_ids = int(ids.size());
+    const auto w = quant::random_blocks(GgmlType::Q8_0, n_experts * n_rows * k, 13 + k + n_experts);
+    const Q8_0Weights dw(w.data(), n_rows, k, n_experts);
+    ASSERT_EQ(dw.n_experts(), n_experts);
+    ASSERT_EQ(dw.matrix().n_rows, n_rows);
+    const auto *wb = reinterpret_cast<const quant::BlockQ8_0 *>(w.data());
+    const int64_t nb = k / 32;
+    const DeviceBuffer dids = to_device(ids);
+    const size_t n_out = size_t(n_ids) * size_t(n_rows);
+    DeviceBuffer y(n_out * sizeof(float)), y1(size_t(n_rows) * sizeof(float));
+    for (const bool per_slot : {false, true}) {
+        const int64_t n_x = per_slot ? n_ids : 1;
+        // Q8_0 quantizes blocks of 32 on their own: the slots' rows are quantized as one.
+        const auto x = random_floats(k * n_x, 17 + n_rows + (per_slot ? 1 : 0), 2.0f);
+        const DeviceActivation a = quantize_on_device(x);
+        std::vector<quant::BlockQ8_0> xb(size_t(n_x * nb));
+        quant::kernels(GgmlType::Q8_0).quantize_activation_row(x.data(), xb.data(), k * n_x);
+        std::vector<float> first;
+        for (int run = 0; run < 2; ++run) {
+            DS4_CUDA_CHECK(cudaMemset(y.get(), 0xff, y.bytes()));  // NaN in every output
+            matvec_q8_0_experts(dw.matrix(), n_experts, dids.as<int32_t>(), n_ids, a.q.as<int8_t>(),
+                                a.d.as<float>(), per_slot, y.as<float>(), nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto got = to_host<float>(y, n_out);
+            if (run == 1) {
+                ASSERT_EQ(std::memcmp(got.data(), first.data(), n_out * sizeof(float)), 0)
+                    << "two launches differ";
+                break;
+            }
+            first = got;
+            for (int i = 0; i < n_ids; ++i)
+                for (int64_t r = 0; r < n_rows; ++r)
+                    ASSERT_TRUE(within_reassociation_bound(wb + (ids[size_t(i)] * n_rows + r) * nb,
+                                                           xb.data() + (per_slot ? i * nb : 0), k,
+                                                           got[size_t(i * n_rows + r)]))
+                        << "slot " << i << " (expert " << ids[size_t(i)] << ") row " << r << " of "
+                        << n_rows << " x " << k << (per_slot ? ", x per slot" : ", x shared");
+        }
+        // Each slot's outputs are the dense kernel's on its expert, bit for bit.
+        for (int i = 0; i < n_ids; ++i) {
+            Q8_0Matrix m = dw.matrix();
+            m.qs += ids[size_t(i)] * n_rows * k;
+            m.d += ids[size_t(i)] * n_rows * nb;
+            const int64_t xo = per_slot ? i : 0;
+            DS4_CUDA_CHECK(cudaMemset(y1.get(), 0xff, y1.bytes()));
+            matvec_q8_0(m, a.q.as<int8_t>() + xo * k, a.d.as<float>() + xo * nb, y1.as<float>(),
+                        nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto dense = to_host<float>(y1, size_t(n_rows));
+            ASSERT_EQ(std::memcmp(dense.data(), first.data() + size_t(i) * size_t(n_rows),
+                                  size_t(n_rows) * sizeof(float)),
+                      0)
+                << "slot " << i << " differs from the dense product"
+                << (per_slot ? ", x per slot" : ", x shared");
+        }
+    }
+}
+
+// The routed experts of the q8 files (gate and up: 2048 rows of 4096; down: 4096 of 2048) over
+// 16 of them, and all 256 of Flash with small odd rows (k not a multiple of the 512-value chunk).
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaQ8_0Experts,
+                         ::testing::Values(ExpertCase{16, 2048, 4096}, ExpertCase{16, 4096, 2048},
+                                           ExpertCase{256, 64, 512}, ExpertCase{256, 37, 96}),
+                         [](const auto &info) {
+                             return std::to_string(info.param.n_experts) + "experts_" +
+                                    std::to_string(info.param.n_rows) + "x" +
                                     std::to_string(info.param.k);
                          });
 

@@ -61,18 +61,26 @@ struct Weights8<GgmlType::BF16> {
 // Groups of TPR threads compute one row each (256 / TPR rows per block), over the split
 // blockIdx.y of S equal parts of k. Each thread sums its exact double products; the warp adds
 // them with a butterfly, then the warps of a group in index order (shared memory).
+// blockIdx.z is the output slot: with ids, the rows are those of expert ids[slot], and with
+// x_per_slot the activation is the slot's own row; outputs and partial sums of slot s are
+// those of rows s * n_rows + row. A dense product is one slot without ids.
 template <GgmlType T, int TPR>
 __global__ void __launch_bounds__(kThreads)
     matvec_float_kernel(const void *__restrict__ w, int64_t n_rows, int64_t k, int64_t span,
+                        const int32_t *__restrict__ ids, bool x_per_slot,
                         const float *__restrict__ x, float *__restrict__ y,
                         double *__restrict__ partial) {
     constexpr int kGroups = kThreads / TPR, kWarpsPerGroup = TPR / kWarp;
     __shared__ double sums[kGroups][kWarpsPerGroup];
     const int group = threadIdx.x / TPR, t = threadIdx.x % TPR, lane = threadIdx.x % kWarp;
-    const int64_t row = int64_t(blockIdx.x) * kGroups + group;
+    const int64_t row = int64_t(blockIdx.x) * kGroups + group, slot = blockIdx.z;
     const int64_t begin = int64_t(blockIdx.y) * span, end = min(k, begin + span);
+    const int64_t first_row = ids ? int64_t(ids[slot]) * n_rows : 0;
+    if (x_per_slot) x += slot * k;
+    y += slot * n_rows;
+    if (partial) partial += slot * n_rows * gridDim.y;
     const void *wrow =
-        static_cast<const char *>(w) + min(row, n_rows - 1) * k * Weights8<T>::kBytes;
+        static_cast<const char *>(w) + (first_row + min(row, n_rows - 1)) * k * Weights8<T>::kBytes;
     double acc = 0.0;
     for (int64_t i = begin + int64_t(t) * kValues; i < end; i += int64_t(TPR) * kValues) {
         float wv[8];
@@ -112,12 +120,13 @@ struct Plan {
     int64_t span;
 };
 
-Plan plan(const FloatMatrix &w) {
+// n_slots: the products of one launch (the experts' slots), each of w.n_rows rows.
+Plan plan(const FloatMatrix &w, int n_slots = 1) {
     if (w.k % kValues != 0)
         throw ds4::Error("the CUDA float matvec needs rows of a multiple of 8 values");
     const int64_t pieces = w.k / kValues;
     const int tpr = pieces >= 256 ? 256 : pieces >= 128 ? 128 : pieces >= 64 ? 64 : 32;
-    const int64_t blocks = (w.n_rows + kThreads / tpr - 1) / (kThreads / tpr);
+    const int64_t blocks = (w.n_rows + kThreads / tpr - 1) / (kThreads / tpr) * n_slots;
     // Split k when the rows alone leave the grid small, in spans of whole passes.
     const int64_t pass = int64_t(tpr) * kValues;
     const int64_t passes = (w.k + pass - 1) / pass;
@@ -127,27 +136,62 @@ Plan plan(const FloatMatrix &w) {
     return {tpr, int((w.k + span - 1) / span), span};
 }
 
+// The experts of a launch: ids (device; null for a dense product) for n_slots output slots.
+struct Slots {
+    const int32_t *ids = nullptr;
+    int n_slots = 1;
+    bool x_per_slot = false;
+};
+
 template <GgmlType T>
-void launch(const FloatMatrix &w, const Plan &p, const float *x, float *y, double *partial,
-            cudaStream_t s) {
+void launch(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
+            double *partial, cudaStream_t s) {
     const dim3 grid(unsigned((w.n_rows + kThreads / p.tpr - 1) / (kThreads / p.tpr)),
-                    unsigned(p.split));
+                    unsigned(p.split), unsigned(sl.n_slots));
     switch (p.tpr) {
         case 256:
-            matvec_float_kernel<T, 256>
-                <<<grid, kThreads, 0, s>>>(w.data, w.n_rows, w.k, p.span, x, y, partial);
+            matvec_float_kernel<T, 256><<<grid, kThreads, 0, s>>>(
+                w.data, w.n_rows, w.k, p.span, sl.ids, sl.x_per_slot, x, y, partial);
             break;
         case 128:
-            matvec_float_kernel<T, 128>
-                <<<grid, kThreads, 0, s>>>(w.data, w.n_rows, w.k, p.span, x, y, partial);
+            matvec_float_kernel<T, 128><<<grid, kThreads, 0, s>>>(
+                w.data, w.n_rows, w.k, p.span, sl.ids, sl.x_per_slot, x, y, partial);
             break;
         case 64:
-            matvec_float_kernel<T, 64>
-                <<<grid, kThreads, 0, s>>>(w.data, w.n_rows, w.k, p.span, x, y, partial);
+            matvec_float_kernel<T, 64><<<grid, kThreads, 0, s>>>(
+                w.data, w.n_rows, w.k, p.span, sl.ids, sl.x_per_slot, x, y, partial);
             break;
         default:
-            matvec_float_kernel<T, 32>
-                <<<grid, kThreads, 0, s>>>(w.data, w.n_rows, w.k, p.span, x, y, partial);
+            matvec_float_kernel<T, 32><<<grid, kThreads, 0, s>>>(
+                w.data, w.n_rows, w.k, p.span, sl.ids, sl.x_per_slot, x, y, partial);
+    }
+}
+
+void run(const FloatMatrix &w, const Slots &sl, const float *x, float *y, void *scratch,
+         cudaStream_t stream) {
+    const Plan p = plan(w, sl.n_slots);
+    auto *partial = static_cast<double *>(scratch);
+    if (p.split > 1 && !partial) throw ds4::Error("matvec_float: this matrix needs scratch");
+    switch (w.type) {
+        case GgmlType::F32:
+            launch<GgmlType::F32>(w, p, sl, x, y, partial, stream);
+            break;
+        case GgmlType::F16:
+            launch<GgmlType::F16>(w, p, sl, x, y, partial, stream);
+            break;
+        case GgmlType::BF16:
+            launch<GgmlType::BF16>(w, p, sl, x, y, partial, stream);
+            break;
+        default:
+            throw ds4::Error("matvec_float takes F32, F16 or BF16 weights");
+    }
+    DS4_CUDA_CHECK(cudaGetLastError());
+    if (p.split > 1) {
+        // The slots' rows are consecutive in y and in the partial sums: one pass over them all.
+        const int64_t rows = w.n_rows * sl.n_slots;
+        add_partials_kernel<<<unsigned((rows + 255) / 256), 256, 0, stream>>>(partial, rows,
+                                                                              p.split, y);
+        DS4_CUDA_CHECK(cudaGetLastError());
     }
 }
 
@@ -161,28 +205,20 @@ size_t float_matvec_scratch_bytes(const FloatMatrix &w) {
 void matvec_float(const FloatMatrix &w, const float *x, float *y, void *scratch,
                   cudaStream_t stream) {
     if (w.n_rows == 0) return;
-    const Plan p = plan(w);
-    auto *partial = static_cast<double *>(scratch);
-    if (p.split > 1 && !partial) throw ds4::Error("matvec_float: this matrix needs scratch");
-    switch (w.type) {
-        case GgmlType::F32:
-            launch<GgmlType::F32>(w, p, x, y, partial, stream);
-            break;
-        case GgmlType::F16:
-            launch<GgmlType::F16>(w, p, x, y, partial, stream);
-            break;
-        case GgmlType::BF16:
-            launch<GgmlType::BF16>(w, p, x, y, partial, stream);
-            break;
-        default:
-            throw ds4::Error("matvec_float takes F32, F16 or BF16 weights");
-    }
-    DS4_CUDA_CHECK(cudaGetLastError());
-    if (p.split > 1) {
-        add_partials_kernel<<<unsigned((w.n_rows + 255) / 256), 256, 0, stream>>>(partial, w.n_rows,
-                                                                                  p.split, y);
-        DS4_CUDA_CHECK(cudaGetLastError());
-    }
+    run(w, Slots{}, x, y, scratch, stream);
+}
+
+size_t float_matvec_experts_scratch_bytes(const FloatMatrix &w, int n_ids) {
+    if (n_ids <= 0) return 0;
+    const Plan p = plan(w, n_ids);
+    return p.split > 1 ? size_t(w.n_rows) * size_t(n_ids) * size_t(p.split) * sizeof(double) : 0;
+}
+
+void matvec_float_experts(const FloatMatrix &w, const int32_t *ids, int n_ids, const float *x,
+                          bool x_per_slot, float *y, void *scratch, cudaStream_t stream) {
+    if (n_ids <= 0 || w.n_rows == 0) return;
+    if (n_ids > 65535) throw ds4::Error("matvec_float_experts: at most 65535 slots");
+    run(w, Slots{ids, n_ids, x_per_slot}, x, y, scratch, stream);
 }
 
 }  // namespace ds4::cuda

@@ -8,6 +8,12 @@
 // ~k * 2^-53 of sum |w x|), so the results agree to one f32 ulp except under heavy cancellation.
 // The weights stay in the file's layout (rows of 2 or 4 bytes per value); k must be a multiple
 // of 8, so that every row starts 16-byte aligned and a thread loads 8 values at once.
+//
+// matvec_float_experts is the same kernel over several experts of one [n_experts][n_rows][k]
+// tensor, with the expert ids read on the device as for the quantized expert formats
+// (q2_k_matvec.h): y[i * n_rows + r] = row r of expert ids[i] times x, each output the same
+// exact double products summed in double and rounded once (where a launch of many slots splits
+// k differently from a dense launch of one expert, only the double additions' order differs).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -28,5 +34,14 @@ struct FloatMatrix {
 size_t float_matvec_scratch_bytes(const FloatMatrix &w);
 void matvec_float(const FloatMatrix &w, const float *x, float *y, void *scratch,
                   cudaStream_t stream);
+
+// w: the first expert's matrix (w.n_rows rows per expert), the others following it back to
+// back; ids: n_ids expert ids (device; the caller validates them); y: n_ids * w.n_rows floats.
+// x is one activation row of k floats for every slot, or (x_per_slot) n_ids rows back to back,
+// row i for slot i. scratch: at least float_matvec_experts_scratch_bytes(w, n_ids) (the split-k
+// partial sums of all slots).
+size_t float_matvec_experts_scratch_bytes(const FloatMatrix &w, int n_ids);
+void matvec_float_experts(const FloatMatrix &w, const int32_t *ids, int n_ids, const float *x,
+                          bool x_per_slot, float *y, void *scratch, cudaStream_t stream);
 
 }  // namespace ds4::cuda

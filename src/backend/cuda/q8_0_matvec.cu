@@ -50,16 +50,30 @@ __device__ __forceinline__ int dot16(const int4 w, const int4 x) {
 // once per pass for all R rows, so the block reads x once per R rows, not once per row.
 // Partial sums are reduced in a fixed order: a butterfly within each warp, then the warps of a
 // group in index order (shared memory): the same bits on every run.
+// blockIdx.y is the output slot: with ids, the rows are those of expert ids[slot] (clamped
+// into the n_experts matrices), and with x_per_slot the activation is the slot's own row. A
+// dense product is one slot without ids: the same arithmetic either way.
 template <int TPR, int R>
 __global__ void __launch_bounds__(256)
     matvec_q8_0_kernel(const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd,
-                       int64_t n_rows, int64_t k, const int8_t *__restrict__ xq,
+                       int64_t n_rows, int64_t k, const int32_t *__restrict__ ids,
+                       int64_t n_experts, bool x_per_slot, const int8_t *__restrict__ xq,
                        const float *__restrict__ xd, float *__restrict__ y) {
     constexpr int kGroups = 256 / TPR, kWarpsPerGroup = TPR / kWarp;
     __shared__ float partial[kGroups][kWarpsPerGroup][R];
     const int group = threadIdx.x / TPR, t = threadIdx.x % TPR, lane = threadIdx.x % kWarp;
     const int64_t row0 = (int64_t(blockIdx.x) * kGroups + group) * R;
-    const int64_t nb = k / kBlock;
+    const int64_t nb = k / kBlock, slot = blockIdx.y;
+    if (ids) {
+        const int64_t expert = min(max(int64_t(ids[slot]), int64_t(0)), n_experts - 1);
+        wq += expert * n_rows * k;
+        wd += expert * n_rows * nb;
+    }
+    if (x_per_slot) {
+        xq += slot * k;
+        xd += slot * nb;
+    }
+    y += slot * n_rows;
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -119,27 +133,52 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+// The experts of a launch: ids (device; null for a dense product) for n_slots output slots.
+struct Slots {
+    const int32_t *ids = nullptr;
+    int64_t n_experts = 1;
+    int n_slots = 1;
+    bool x_per_slot = false;
+};
+
 template <int TPR, int R>
-void launch_matvec(const Q8_0Matrix &w, const int8_t *xq, const float *xd, float *y,
+void launch_matvec(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, const float *xd, float *y,
                    cudaStream_t stream) {
     constexpr int kRowsPerBlock = 256 / TPR * R;
-    const int64_t grid = (w.n_rows + kRowsPerBlock - 1) / kRowsPerBlock;
-    matvec_q8_0_kernel<TPR, R>
-        <<<unsigned(grid), 256, 0, stream>>>(w.qs, w.d, w.n_rows, w.k, xq, xd, y);
+    const dim3 grid(unsigned((w.n_rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(s.n_slots));
+    matvec_q8_0_kernel<TPR, R><<<grid, 256, 0, stream>>>(w.qs, w.d, w.n_rows, w.k, s.ids,
+                                                         s.n_experts, s.x_per_slot, xq, xd, y);
 }
 
 template <int TPR>
-void launch_matvec_rows(const Q8_0Matrix &w, const int8_t *xq, const float *xd, float *y,
-                        cudaStream_t stream) {
+void launch_matvec_rows(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, const float *xd,
+                        float *y, cudaStream_t stream) {
     // Four rows per group read x once per four rows; fewer where that would leave the grid
-    // with less than ~2 blocks per multiprocessor of an H200 (132).
-    const int64_t groups = w.n_rows / (256 / TPR);
+    // with less than ~2 blocks per multiprocessor of an H200 (132). (R changes which rows a
+    // group computes, not the arithmetic of a row.)
+    const int64_t groups = w.n_rows * s.n_slots / (256 / TPR);
     if (groups >= 4 * 264)
-        launch_matvec<TPR, 4>(w, xq, xd, y, stream);
+        launch_matvec<TPR, 4>(w, s, xq, xd, y, stream);
     else if (groups >= 2 * 264)
-        launch_matvec<TPR, 2>(w, xq, xd, y, stream);
+        launch_matvec<TPR, 2>(w, s, xq, xd, y, stream);
     else
-        launch_matvec<TPR, 1>(w, xq, xd, y, stream);
+        launch_matvec<TPR, 1>(w, s, xq, xd, y, stream);
+}
+
+void launch_matvec_any(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, const float *xd,
+                       float *y, cudaStream_t stream) {
+    // Threads per row: one 16-byte load per thread per pass, as many threads as a row has
+    // 16-byte pieces, from one warp up to the whole block.
+    const int64_t pieces = w.k / kLaneBytes;
+    if (pieces >= 256)
+        launch_matvec_rows<256>(w, s, xq, xd, y, stream);
+    else if (pieces >= 128)
+        launch_matvec_rows<128>(w, s, xq, xd, y, stream);
+    else if (pieces >= 64)
+        launch_matvec_rows<64>(w, s, xq, xd, y, stream);
+    else
+        launch_matvec_rows<32>(w, s, xq, xd, y, stream);
+    DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
@@ -158,8 +197,10 @@ Q8_0Planes repack_q8_0(const void *ggml_rows, int64_t n_rows, int64_t k) {
     return p;
 }
 
-Q8_0Weights::Q8_0Weights(const void *ggml_rows, int64_t n_rows, int64_t k) {
-    const Q8_0Planes p = repack_q8_0(ggml_rows, n_rows, k);
+Q8_0Weights::Q8_0Weights(const void *ggml_rows, int64_t n_rows, int64_t k, int64_t n_experts)
+    : n_experts_(n_experts) {
+    if (n_experts < 1) throw ds4::Error("Q8_0 weights need at least one expert");
+    const Q8_0Planes p = repack_q8_0(ggml_rows, n_experts * n_rows, k);
     qs_ = DeviceBuffer(p.qs.size());
     d_ = DeviceBuffer(p.d.size() * sizeof(uint16_t));
     DS4_CUDA_CHECK(cudaMemcpy(qs_.get(), p.qs.data(), qs_.bytes(), cudaMemcpyHostToDevice));
@@ -179,18 +220,17 @@ void quantize_q8_0_activation(const float *x, int64_t k, int8_t *xq, float *xd,
 
 void matvec_q8_0(const Q8_0Matrix &w, const int8_t *xq, const float *xd, float *y,
                  cudaStream_t stream) {
-    // Threads per row: one 16-byte load per thread per pass, as many threads as a row has
-    // 16-byte pieces, from one warp up to the whole block.
-    const int64_t pieces = w.k / kLaneBytes;
-    if (pieces >= 256)
-        launch_matvec_rows<256>(w, xq, xd, y, stream);
-    else if (pieces >= 128)
-        launch_matvec_rows<128>(w, xq, xd, y, stream);
-    else if (pieces >= 64)
-        launch_matvec_rows<64>(w, xq, xd, y, stream);
-    else
-        launch_matvec_rows<32>(w, xq, xd, y, stream);
-    DS4_CUDA_CHECK(cudaGetLastError());
+    if (w.n_rows == 0) return;
+    launch_matvec_any(w, Slots{}, xq, xd, y, stream);
+}
+
+void matvec_q8_0_experts(const Q8_0Matrix &w, int64_t n_experts, const int32_t *ids, int n_ids,
+                         const int8_t *xq, const float *xd, bool x_per_slot, float *y,
+                         cudaStream_t stream) {
+    if (n_ids <= 0 || w.n_rows == 0) return;
+    if (n_experts < 1) throw ds4::Error("matvec_q8_0_experts: needs at least one expert");
+    if (n_ids > 65535) throw ds4::Error("matvec_q8_0_experts: at most 65535 slots");
+    launch_matvec_any(w, Slots{ids, n_experts, n_ids, x_per_slot}, xq, xd, y, stream);
 }
 
 }  // namespace ds4::cuda

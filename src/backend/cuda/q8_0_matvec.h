@@ -12,6 +12,11 @@
 //   3. matvec_q8_0: per row, sum over blocks of float(sum_i qw_i qx_i) * (dw * dx), the same
 //      terms as the CPU's vec_dot_q8_0_q8_0; only the order of the float additions differs
 //      (per lane, then a fixed butterfly across the warp: deterministic run to run).
+//
+// matvec_q8_0_experts is the same kernel over several experts of one [n_experts][n_rows][k]
+// tensor (the routed experts of the q8 files), with the expert ids read on the device as for
+// the Q8_K formats (q2_k_matvec.h): y[i * n_rows + r] = row r of expert ids[i] times x. Every
+// output has the dense product's terms and order: its bits are matvec_q8_0's on that expert.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -38,14 +43,17 @@ Q8_0Planes repack_q8_0(const void *ggml_rows, int64_t n_rows, int64_t k);
 
 class Q8_0Weights {
   public:
-    // Repacks n_rows rows of k values (k a multiple of 32; ggml Q8_0 rows back to back) and copies
-    // them to the device.
-    Q8_0Weights(const void *ggml_rows, int64_t n_rows, int64_t k);
+    // Repacks n_experts matrices of n_rows rows of k values (k a multiple of 32; ggml Q8_0 rows
+    // back to back, n_experts * n_rows of them) and copies them to the device. matrix() has
+    // n_rows rows: those of one expert (of the matrix, when n_experts is 1).
+    Q8_0Weights(const void *ggml_rows, int64_t n_rows, int64_t k, int64_t n_experts = 1);
     const Q8_0Matrix &matrix() const { return view_; }
+    int64_t n_experts() const { return n_experts_; }
 
   private:
     DeviceBuffer qs_, d_;
     Q8_0Matrix view_;
+    int64_t n_experts_ = 1;
 };
 
 // xq: k int8 (16-byte aligned), xd: k/32 floats. x, xq, xd in device memory.
@@ -54,5 +62,12 @@ void quantize_q8_0_activation(const float *x, int64_t k, int8_t *xq, float *xd,
 // y[n_rows] = W x, with x quantized by quantize_q8_0_activation.
 void matvec_q8_0(const Q8_0Matrix &w, const int8_t *xq, const float *xd, float *y,
                  cudaStream_t stream);
+// w: n_experts matrices of w.n_rows rows back to back (Q8_0Weights with n_experts); ids: n_ids
+// expert ids (device; clamped into [0, n_experts): the caller validates them); y: n_ids *
+// w.n_rows floats. xq, xd: one quantized activation row for every slot, or (x_per_slot) n_ids
+// rows back to back (k int8 and k / 32 scales each), row i for slot i.
+void matvec_q8_0_experts(const Q8_0Matrix &w, int64_t n_experts, const int32_t *ids, int n_ids,
+                         const int8_t *xq, const float *xd, bool x_per_slot, float *y,
+                         cudaStream_t stream);
 
 }  // namespace ds4::cuda

@@ -1,0 +1,179 @@
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/indexer_ops.h"
+#include "common/error.h"
+
+namespace ds4::cuda {
+namespace {
+
+constexpr int kScoreThreads = 256, kTileRows = 16;
+constexpr int64_t kScoreBlocks = 4 * 132;  // ~4 resident blocks per multiprocessor of an H200
+constexpr size_t kMaxScoreSmem = 48 * 1024;
+
+// Each block stages q (rows padded to head_dim + 1 floats, so that the threads of a warp, one
+// head each, read different banks) and w' = w * wscale once, then loops over tiles of 16 rows.
+// Thread t computes head t % n_heads of rows t / n_heads, t / n_heads + 256 / n_heads, ... of
+// the tile: a sequential f32 dot product (the CPU's order), relu, times w'. Then thread r adds
+// its row's n_heads products in head order. Every operation is rounded on its own.
+__global__ void __launch_bounds__(kScoreThreads)
+    indexer_scores_kernel(const float *__restrict__ q, const float *__restrict__ w, float wscale,
+                          const float *__restrict__ rows, int64_t n_rows, int n_heads, int head_dim,
+                          float *__restrict__ score) {
+    extern __shared__ float smem[];
+    const int H = n_heads, I = head_dim, q_stride = I + 1, p_stride = H + 1;
+    float *sq = smem;                      // [H][I + 1]
+    float *sw = sq + H * q_stride;         // [H]
+    float *srows = sw + H;                 // [kTileRows][I]
+    float *sprod = srows + kTileRows * I;  // [kTileRows][H + 1]
+    const int t = threadIdx.x;
+    for (int i = t; i < H * I; i += kScoreThreads) sq[(i / I) * q_stride + i % I] = q[i];
+    for (int h = t; h < H; h += kScoreThreads) sw[h] = __fmul_rn(w[h], wscale);
+    const int groups = kScoreThreads / H, h = t % H, g = t / H;
+    const int64_t n_tiles = (n_rows + kTileRows - 1) / kTileRows;
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const int64_t row0 = tile * kTileRows;
+        const int tile_rows = int(min(int64_t(kTileRows), n_rows - row0));
+        __syncthreads();  // q and w' staged; the previous tile's rows and products consumed
+        for (int i = t; i < tile_rows * I; i += kScoreThreads) srows[i] = rows[row0 * I + i];
+        __syncthreads();
+        if (g < groups)
+            for (int r = g; r < tile_rows; r += groups) {
+                const float *qh = sq + h * q_stride, *k = srows + r * I;
+                float dot = 0.0f;
+                for (int j = 0; j < I; ++j) dot = __fadd_rn(dot, __fmul_rn(qh[j], k[j]));
+                // std::max(dot, 0.0f) is (dot < 0) ? 0 : dot (a NaN stays a NaN)
+                sprod[r * p_stride + h] = __fmul_rn(dot < 0.0f ? 0.0f : dot, sw[h]);
+            }
+        __syncthreads();
+        if (t < tile_rows) {
+            float acc = 0.0f;
+            for (int i = 0; i < H; ++i) acc = __fadd_rn(acc, sprod[t * p_stride + i]);
+            score[row0 + t] = acc;
+        }
+    }
+}
+
+constexpr int kTopKThreads = 1024, kTopKWarps = kTopKThreads / 32;
+
+// An order-preserving map of the (non-NaN) floats to unsigned integers: a larger float has a
+// larger key, equal floats equal keys (-0 is mapped as +0, as the two compare equal).
+__device__ __forceinline__ uint32_t order_key(float s) {
+    uint32_t u = __float_as_uint(s);
+    if ((u << 1) == 0u) u = 0u;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The sum of v over the threads before this one (all threads of the block call it).
+__device__ uint32_t block_exclusive_sum(uint32_t v, uint32_t *warp_sums) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    uint32_t x = v;
+    for (int o = 1; o < 32; o *= 2) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        uint32_t s = warp_sums[lane];
+        for (int o = 1; o < 32; o *= 2) {
+            const uint32_t y = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += y;
+        }
+        warp_sums[lane] = s;  // inclusive sums over the warps
+    }
+    __syncthreads();
+    const uint32_t before = (warp ? warp_sums[warp - 1] : 0u) + x - v;
+    __syncthreads();  // warp_sums free for the next call
+    return before;
+}
+
+// One block. Radix select, most significant byte first: at each pass the keys that agree with
+// the prefix chosen so far are counted by their next byte; walking the bins from the top finds
+// the byte of the remaining-th largest of them. After four passes the prefix is the k-th
+// largest key T itself, and `take` the number of keys equal to T among the k best. Then the
+// flags sel_i = key_i > T || (key_i == T && #{j < i : key_j == T} < take) (ties to the lower
+// index, as on the CPU) are scanned over the block in index order, thread t owning the t-th
+// contiguous segment, and each selected index goes to its position.
+__global__ void __launch_bounds__(kTopKThreads)
+    top_k_kernel(const float *__restrict__ score, uint32_t n, uint32_t k,
+                 int32_t *__restrict__ out) {
+    __shared__ uint32_t hist[256];
+    __shared__ uint32_t warp_sums[kTopKWarps];
+    __shared__ uint32_t s_prefix, s_remaining;
+    const uint32_t t = threadIdx.x;
+    uint32_t prefix = 0, mask = 0, remaining = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        if (t < 256) hist[t] = 0;
+        __syncthreads();
+        for (uint32_t i = t; i < n; i += kTopKThreads) {
+            const uint32_t key = order_key(score[i]);
+            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1u);
+        }
+        __syncthreads();
+        if (t == 0) {
+            // 1 <= remaining <= the number of keys counted: the loop stops at a bin
+            uint32_t above = 0;
+            int b = 255;
+            for (; b > 0 && above + hist[b] < remaining; --b) above += hist[b];
+            s_prefix = prefix | (uint32_t(b) << shift);
+            s_remaining = remaining - above;
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        remaining = s_remaining;
+        mask |= 0xffu << shift;
+    }
+    const uint32_t T = prefix, take = remaining;
+
+    const uint32_t seg = (n + kTopKThreads - 1) / kTopKThreads;
+    const uint32_t begin = min(n, t * seg), end = min(n, begin + seg);
+    uint32_t n_eq = 0;
+    for (uint32_t i = begin; i < end; ++i) n_eq += order_key(score[i]) == T ? 1u : 0u;
+    const uint32_t ties_before = block_exclusive_sum(n_eq, warp_sums);
+    uint32_t n_sel = 0, tie = ties_before;
+    for (uint32_t i = begin; i < end; ++i) {
+        const uint32_t key = order_key(score[i]);
+        if (key > T || (key == T && tie++ < take)) ++n_sel;
+    }
+    uint32_t pos = block_exclusive_sum(n_sel, warp_sums);
+    tie = ties_before;
+    for (uint32_t i = begin; i < end; ++i) {
+        const uint32_t key = order_key(score[i]);
+        if (key > T || (key == T && tie++ < take)) out[pos++] = int32_t(i);
+    }
+}
+
+}  // namespace
+
+void indexer_scores(const float *q, const float *w, float wscale, const float *rows, int64_t n_rows,
+                    int n_heads, int head_dim, float *score, cudaStream_t stream) {
+    if (n_rows <= 0) return;
+    if (n_heads <= 0 || n_heads > kScoreThreads || head_dim <= 0)
+        throw ds4::Error("indexer_scores: needs 1 to 256 heads of at least one value");
+    const size_t smem = (size_t(n_heads) * size_t(head_dim + 1) + size_t(n_heads) +
+                         size_t(kTileRows) * size_t(head_dim + n_heads + 1)) *
+                        sizeof(float);
+    if (smem > kMaxScoreSmem)
+        throw ds4::Error("indexer_scores: n_heads x head_dim does not fit 48 KiB of shared memory");
+    const int64_t n_tiles = (n_rows + kTileRows - 1) / kTileRows;
+    const unsigned grid = unsigned(std::min(n_tiles, kScoreBlocks));
+    indexer_scores_kernel<<<grid, kScoreThreads, smem, stream>>>(q, w, wscale, rows, n_rows,
+                                                                 n_heads, head_dim, score);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+size_t top_k_scratch_bytes(int64_t) {
+    return 0;
+}
+
+void top_k_ascending(const float *score, int64_t n, int64_t k, int32_t *out, void *,
+                     cudaStream_t stream) {
+    if (k < 0 || k > n || n >= (int64_t(1) << 31))
+        throw ds4::Error("top_k_ascending: needs 0 <= k <= n < 2^31");
+    if (k == 0) return;
+    top_k_kernel<<<1, kTopKThreads, 0, stream>>>(score, uint32_t(n), uint32_t(k), out);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ds4::cuda

@@ -1,0 +1,169 @@
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kv_ops.h"
+#include "common/error.h"
+
+namespace ds4::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n, int threads = kThreads) {
+    return unsigned((n + threads - 1) / threads);
+}
+
+// quant::ref::f32_to_f16 (quant/float_formats.cpp), operation for operation.
+__device__ __forceinline__ uint32_t f32_to_f16_bits(float f) {
+    const uint32_t bits = __float_as_uint(f);
+    const uint32_t sign = (bits >> 16) & 0x8000u;
+    const uint32_t magnitude = bits & 0x7fffffffu;
+    if (magnitude > 0x7f800000u)  // NaN: the quiet bit set, the top payload bits kept
+        return sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu);
+    if (magnitude >= 0x477ff000u) return sign | 0x7c00u;  // 65520 and above: inf
+    if (magnitude >= 0x38800000u) {                       // normal f16: round to nearest even
+        const uint32_t rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
+        return (sign | ((rounded - (112u << 23)) >> 13)) & 0xffffu;
+    }
+    // subnormal f16: round_even(|f| / 2^-24)
+    const uint32_t e = magnitude >> 23;
+    const uint32_t shift = 126 - e;
+    if (e == 0 || shift > 24) return sign;  // below 2^-25, or exactly it (a tie to 0)
+    const uint32_t m = (magnitude & 0x7fffffu) | 0x800000u;
+    uint32_t q = m >> shift;
+    const uint32_t rest = m & ((1u << shift) - 1);
+    const uint32_t half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (q & 1u))) ++q;  // may carry into the smallest normal
+    return sign | q;
+}
+
+// quant::ref::f16_to_f32, exact.
+__device__ __forceinline__ float f16_bits_to_f32(uint32_t h) {
+    const uint32_t sign = (h & 0x8000u) << 16;
+    const uint32_t exponent = (h >> 10) & 0x1fu;
+    const uint32_t mantissa = h & 0x3ffu;
+    if (exponent == 0)  // zero or subnormal: mantissa * 2^-24, exact in f32
+        return __uint_as_float(sign |
+                               __float_as_uint(__fmul_rn(__uint2float_rn(mantissa), 0x1p-24f)));
+    if (exponent == 31) return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
+    return __uint_as_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+__device__ __forceinline__ float exp_f(float x) {
+    return static_cast<float>(exp(static_cast<double>(x)));
+}
+
+__global__ void store_row_kernel(const float *__restrict__ row, int64_t d, bool f16_round,
+                                 float *__restrict__ dst) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= d) return;
+    dst[i] = f16_round ? f16_bits_to_f32(f32_to_f16_bits(row[i])) : row[i];
+}
+
+// One block per output row.
+__global__ void gather_rows_kernel(const float *__restrict__ ring, int64_t window, int64_t first,
+                                   int64_t n_raw, const float *__restrict__ comp,
+                                   const int32_t *__restrict__ selected, int64_t d,
+                                   float *__restrict__ out) {
+    const int64_t i = blockIdx.x;
+    const float *src = i < n_raw ? ring + ((first + i) % window) * d
+                                 : comp + (selected ? int64_t(selected[i - n_raw]) : i - n_raw) * d;
+    float *dst = out + i * d;
+    for (int64_t k = threadIdx.x; k < d; k += blockDim.x) dst[k] = src[k];
+}
+
+__global__ void compressor_push_kernel(const float *__restrict__ kv_in,
+                                       const float *__restrict__ sc_in,
+                                       const float *__restrict__ ape_row, int64_t width,
+                                       int64_t slot, float *__restrict__ state_kv,
+                                       float *__restrict__ state_score) {
+    const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (j >= width) return;
+    state_kv[slot * width + j] = kv_in[j];
+    state_score[slot * width + j] = __fadd_rn(sc_in[j], ape_row[j]);
+}
+
+// One thread per output column: backend/cpu/compressor_pool.cpp, operation for operation.
+__global__ void compressor_pool_kernel(const float *__restrict__ kv,
+                                       const float *__restrict__ score, int r, bool overlap,
+                                       int64_t d, int64_t width, float *__restrict__ pooled) {
+    const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (j >= d) return;
+    const int n = overlap ? 2 * r : r;
+    const auto at = [&](int i) { return int64_t(i) * width + (overlap && i >= r ? d + j : j); };
+    float mx = score[at(0)];
+    for (int i = 1; i < n; ++i)
+        if (mx < score[at(i)]) mx = score[at(i)];  // std::max_element's value
+    if (mx == -INFINITY) {
+        pooled[j] = 0.0f;
+        return;
+    }
+    float den = 0.0f, num = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        const float e = exp_f(__fsub_rn(score[at(i)], mx));
+        den = __fadd_rn(den, e);
+        num = __fadd_rn(num, __fmul_rn(e, kv[at(i)]));
+    }
+    pooled[j] = __fdiv_rn(num, den);
+}
+
+// rows r..2r-1 -> rows 0..r-1 of both arrays (disjoint ranges).
+__global__ void compressor_shift_kernel(float *__restrict__ kv, float *__restrict__ score,
+                                        int64_t n) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    kv[i] = kv[n + i];
+    score[i] = score[n + i];
+}
+
+}  // namespace
+
+void store_row(const float *row, int64_t d, bool f16_round, float *dst, cudaStream_t stream) {
+    if (d < 0) throw ds4::Error("store_row: negative row size");
+    if (d == 0) return;
+    store_row_kernel<<<blocks_for(d), kThreads, 0, stream>>>(row, d, f16_round, dst);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void gather_rows(const float *ring, int64_t window, int64_t first, int64_t n_raw, const float *comp,
+                 const int32_t *selected, int64_t n_sel, int64_t d, float *out,
+                 cudaStream_t stream) {
+    if (d <= 0 || n_raw < 0 || n_sel < 0 || first < 0 || n_raw > window)
+        throw ds4::Error("gather_rows: bad window or row geometry");
+    const int64_t n_rows = n_raw + n_sel;
+    if (n_rows == 0) return;
+    if (n_rows > 0x7fffffff) throw ds4::Error("gather_rows: too many rows");
+    gather_rows_kernel<<<unsigned(n_rows), 128, 0, stream>>>(ring, window, first, n_raw, comp,
+                                                             selected, d, out);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void compressor_push(const float *kv_in, const float *sc_in, const float *ape_row, int64_t width,
+                     int64_t slot, float *state_kv, float *state_score, cudaStream_t stream) {
+    if (width < 0 || slot < 0) throw ds4::Error("compressor_push: bad width or slot");
+    if (width == 0) return;
+    compressor_push_kernel<<<blocks_for(width), kThreads, 0, stream>>>(kv_in, sc_in, ape_row, width,
+                                                                       slot, state_kv, state_score);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void compressor_pool(const float *state_kv, const float *state_score, int ratio, bool overlap,
+                     int64_t d, int64_t width, float *pooled, cudaStream_t stream) {
+    if (ratio < 1 || d < 0 || width < (overlap ? 2 * d : d))
+        throw ds4::Error("compressor_pool: ratio must be at least 1 and width cover the columns");
+    if (d == 0) return;
+    // Small blocks: d is a few hundred columns, spread over as many multiprocessors as it allows.
+    constexpr int kPoolThreads = 64;
+    compressor_pool_kernel<<<blocks_for(d, kPoolThreads), kPoolThreads, 0, stream>>>(
+        state_kv, state_score, ratio, overlap, d, width, pooled);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void compressor_shift(float *state_kv, float *state_score, int ratio, int64_t width,
+                      cudaStream_t stream) {
+    if (ratio < 1 || width < 0) throw ds4::Error("compressor_shift: bad ratio or width");
+    const int64_t n = int64_t(ratio) * width;
+    if (n == 0) return;
+    compressor_shift_kernel<<<blocks_for(n), kThreads, 0, stream>>>(state_kv, state_score, n);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ds4::cuda

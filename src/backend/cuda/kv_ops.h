@@ -1,0 +1,49 @@
+#pragma once
+// The attention KV state of a decode step on the device (runtime/kv_cache.h, docs/MODEL.md 8.1),
+// each the twin of a CPU loop. Cached rows live on the device as f32 values; where the CPU keeps
+// them as f16 (RowStore with f16 rows), the device keeps the f32 value of that f16, so a row read
+// back holds the floats RowStore::get returns.
+//   store_row         RowStore::set then get: quant::ref::f32_to_f16 (round to nearest even,
+//                     65520 and above to inf, NaN quieted with its top payload bits) then
+//                     f16_to_f32, ported bit for bit (not __float2half_rn, whose NaN differs);
+//                     or the row as it is;
+//   gather_rows       attention_batch's visible rows: the raw window oldest first (ring slot
+//                     (first + i) % window), then the selected compressed rows; copies;
+//   compressor_push   runtime/compressor.cpp compressor_push's store of a token: the kv row, and
+//                     score + ape (one f32 add), into the window's slot;
+//   compressor_pool   backend/cpu/compressor_pool.h: per column, the max, then e = exp(s - max),
+//                     den and num summed in candidate order, num / den, unfused; the only
+//                     difference is exp (double, rounded to f32, against the CPU's f32 libm);
+//                     a column with no written row (max -inf) pools 0 exactly;
+//   compressor_shift  the overlapped window's roll after pooling: rows r..2r-1 to rows 0..r-1.
+// The caller validates what is read on the device (the selected ids).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ds4::cuda {
+
+// dst[i] = f16_round ? f32(f16_rne(row[i])) : row[i], i < d.
+void store_row(const float *row, int64_t d, bool f16_round, float *dst, cudaStream_t stream);
+
+// ring: [window][d]; comp: compressed rows [*][d]; out: [n_raw + n_sel][d]. Row i < n_raw of out
+// is ring row (first + i) % window (first >= 0, n_raw <= window); row n_raw + j is comp row
+// selected[j] (device ids), or comp row j when selected is null.
+void gather_rows(const float *ring, int64_t window, int64_t first, int64_t n_raw, const float *comp,
+                 const int32_t *selected, int64_t n_sel, int64_t d, float *out,
+                 cudaStream_t stream);
+
+// state_kv, state_score: [rows][width]. Row `slot` <- kv_in, and sc_in + ape_row (width each).
+void compressor_push(const float *kv_in, const float *sc_in, const float *ape_row, int64_t width,
+                     int64_t slot, float *state_kv, float *state_score, cudaStream_t stream);
+
+// The state as compressor_push left it (rows = r, or 2 r with overlap; width = d, or 2 d with
+// overlap); pooled: d values. ratio >= 1.
+void compressor_pool(const float *state_kv, const float *state_score, int ratio, bool overlap,
+                     int64_t d, int64_t width, float *pooled, cudaStream_t stream);
+
+// Overlapped windows only: rows r..2r-1 of both arrays copied to rows 0..r-1.
+void compressor_shift(float *state_kv, float *state_score, int ratio, int64_t width,
+                      cudaStream_t stream);
+
+}  // namespace ds4::cuda
