@@ -117,11 +117,16 @@ void hc_head(ForwardContext &ctx, const float *X, float *out) {
     const std::vector<float> m = hc_mixes(ctx, ctx.w.output_hc_fn, X, 1);
     const float scale = f32(ctx.w.output_hc_scale)[0];
     const float *base = f32(ctx.w.output_hc_base);
+    std::vector<float> wgt(n);
+    hc_head_weights(m.data(), scale, base, n, ctx.hp.hc_eps, wgt.data());
     std::fill(out, out + E, 0.0f);
-    for (uint32_t h = 0; h < n; ++h) {
-        const float wgt = sigmoid(m[h] * scale + base[h]) + ctx.hp.hc_eps;
-        for (uint32_t d = 0; d < E; ++d) out[d] += wgt * X[size_t(h) * E + d];
-    }
+    for (uint32_t h = 0; h < n; ++h)
+        for (uint32_t d = 0; d < E; ++d) out[d] += wgt[h] * X[size_t(h) * E + d];
+}
+
+void hc_head_weights(const float *m, float scale, const float *base, uint32_t n, float eps,
+                     float *w) {
+    for (uint32_t h = 0; h < n; ++h) w[h] = sigmoid(m[h] * scale + base[h]) + eps;
 }
 
 }  // namespace ds4::runtime

@@ -23,6 +23,9 @@ void hc_pre(ForwardContext &ctx, const HcWeights &hc, const float *X, int64_t m,
 void hc_post(const float *mix, uint32_t n_hc, const float *y, uint32_t n_embd, float *X);
 // The output head's reduction of one token's streams to one vector (n_embd floats).
 void hc_head(ForwardContext &ctx, const float *X, float *out);
+// The output head's stream weights from its n mixer outputs: sigmoid(m[h] scale + base[h]) + eps.
+void hc_head_weights(const float *m, float scale, const float *base, uint32_t n, float eps,
+                     float *w);
 // A mix as n_hc_mix floats: pre (n_hc), post (n_hc), comb (n_hc x n_hc).
 void pack_mix(const HcMix &mix, float *out);
 

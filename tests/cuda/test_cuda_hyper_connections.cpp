@@ -71,5 +71,24 @@ TEST(CudaHc, CombineAndPostBitForBit) {
     ASSERT_EQ(std::memcmp(gX.data(), want_X.data(), gX.size() * 4), 0);
 }
 
+TEST(CudaHyperConnections, HeadWeightsEqualCpu) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int kN = 4;
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+        const auto m = random_floats(kN, seed, 8.0f), base = random_floats(kN, 50 + seed, 2.0f);
+        const auto scale = random_floats(1, 90 + seed, 3.0f);
+        std::vector<float> want(kN);
+        runtime::hc_head_weights(m.data(), scale[0], base.data(), kN, 1e-6f, want.data());
+        const DeviceBuffer dm = to_device(m), ds = to_device(scale), db = to_device(base);
+        DeviceBuffer dw = to_device(std::vector<float>(kN, std::nanf("")));
+        hc_head_weights(dm.as<float>(), ds.as<float>(), db.as<float>(), kN, 1e-6f, dw.as<float>(),
+                        nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(dw, kN);
+        // exp: the device rounds a double result, the CPU calls f32 libm (a few ulps at most).
+        for (int h = 0; h < kN; ++h) EXPECT_LE(ulps(got[h], want[h]), 4) << h;
+    }
+}
+
 }  // namespace
 }  // namespace ds4::cuda

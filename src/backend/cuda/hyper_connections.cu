@@ -73,6 +73,13 @@ __global__ void hc_post_kernel(const float *__restrict__ post, const float *__re
     }
 }
 
+// runtime/hyper_connections.cpp hc_head's stream weights, in one thread.
+__global__ void hc_head_weights_kernel(const float *mt, const float *s, const float *b, int n,
+                                       float eps, float *w) {
+    for (int h = 0; h < n; ++h)
+        w[h] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mt[h], s[0]), b[h])), eps);
+}
+
 void check_streams(int n) {
     if (n < 1 || n > kMaxHcStreams)
         throw ds4::Error("hyper-connections on the GPU take 1 to 8 streams");
@@ -84,6 +91,13 @@ void hc_mix(const float *mixes, const float *scale, const float *base, int n, in
             float eps, float *pre, float *post, float *comb, cudaStream_t stream) {
     check_streams(n);
     hc_mix_kernel<<<1, 1, 0, stream>>>(mixes, scale, base, n, sinkhorn_iters, eps, pre, post, comb);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_head_weights(const float *mixes, const float *scale, const float *base, int n, float eps,
+                     float *w, cudaStream_t stream) {
+    check_streams(n);
+    hc_head_weights_kernel<<<1, 1, 0, stream>>>(mixes, scale, base, n, eps, w);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -4,7 +4,8 @@
 //   hc_mix      hc_mix_from: pre, post and the Sinkhorn-normalised comb from the mixer outputs
 //               (one thread: n_hc is 4); exp in double rounded to f32, against the CPU's f32 libm;
 //   hc_combine  x = sum_h pre[h] X[h], in stream order;
-//   hc_post     X'[j] = post[j] y + sum_i comb[i][j] X[i], in place, in stream order.
+//   hc_post     X'[j] = post[j] y + sum_i comb[i][j] X[i], in place, in stream order;
+//   hc_head_weights  the output head's stream weights (its pre weights).
 // The mixer outputs themselves are rms_norm (vector_ops.h) then matvec_float (float_matvec.h).
 #include <cuda_runtime.h>
 
@@ -17,6 +18,12 @@ constexpr int kMaxHcStreams = 8;
 // mixes: 2 n + n^2 mixer outputs; scale: 3; base: 2 n + n^2; pre, post: n; comb: n^2 (device).
 void hc_mix(const float *mixes, const float *scale, const float *base, int n, int sinkhorn_iters,
             float eps, float *pre, float *post, float *comb, cudaStream_t stream);
+
+// The output head's stream weights from its n mixer outputs: w[h] = sigmoid(m[h] scale[0] +
+// base[h]) + eps (runtime/hyper_connections.cpp hc_head); the head's vector is then hc_combine
+// with these weights.
+void hc_head_weights(const float *mixes, const float *scale, const float *base, int n, float eps,
+                     float *w, cudaStream_t stream);
 
 // X: n streams of e values; x: e values.
 void hc_combine(const float *pre, const float *X, int n, int64_t e, float *x, cudaStream_t stream);

@@ -1,0 +1,534 @@
+#include "runtime/cuda/cuda_ops.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/rope.h"
+#include "backend/cuda/attention_decode.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/hyper_connections.h"
+#include "backend/cuda/indexer_ops.h"
+#include "backend/cuda/kv_ops.h"
+#include "backend/cuda/moe_ops.h"
+#include "backend/cuda/token_io.h"
+#include "backend/cuda/vector_ops.h"
+#include "common/error.h"
+
+namespace ds4::runtime::cuda_backend {
+namespace {
+
+constexpr size_t kAlign = 64;  // floats: every buffer starts 256-byte aligned
+
+size_t align_up(size_t n) {
+    return (n + kAlign - 1) / kAlign * kAlign;
+}
+
+template <typename T>
+cuda::DeviceBuffer device_array(size_t n) {
+    return cuda::DeviceBuffer(std::max<size_t>(n, 1) * sizeof(T));
+}
+
+// The batch buffers one token needs at most (runtime/forward.cpp, attention.cpp, moe.cpp),
+// counted generously: every sublayer's scratch as if both were live at once.
+size_t floats_per_token(const model::HParams &hp) {
+    const size_t E = hp.n_embd, HD = size_t(hp.n_head) * hp.head_dim;
+    const size_t comp_w = 2 * size_t(hp.head_dim) * 2, idx_w = 2 * size_t(hp.idx_head_dim) * 2;
+    const size_t FS = size_t(hp.n_ff_exp) * hp.n_expert_shared;
+    size_t n = size_t(hp.n_hc) * E + hp.n_hc_mix() + 3 * E;  // forward.cpp
+    n += 2 * size_t(hp.q_lora_rank) + 2 * HD + hp.head_dim + comp_w + idx_w +
+         size_t(hp.n_idx_head) * (hp.idx_head_dim + 1) +
+         size_t(hp.n_out_group) * hp.o_lora_rank;                  // attention.cpp
+    n += hp.n_expert + size_t(hp.n_expert_used) * E + 2 * FS + E;  // moe.cpp
+    return n + 24 * kAlign;                                        // alignment of ~24 buffers
+}
+
+}  // namespace
+
+// The attention state saved by save(): a device copy of every layer's buffers.
+struct CudaState final : BackendState {
+    std::vector<CudaOps::LayerKv> layers;
+    int64_t n_past = 0;
+    uint32_t window = 0, head_dim = 0, idx_head_dim = 0;
+    bool f16 = true;
+    size_t payload_bytes() const override {
+        // As serialised: rows in use at 2 or 4 bytes a value, the compressor windows as f32.
+        const size_t elem = f16 ? 2 : 4;
+        size_t b = 2 * layers.size() * sizeof(uint32_t);
+        const size_t raw_rows = size_t(std::min<int64_t>(n_past, window));
+        for (const auto &l : layers)
+            b += (raw_rows + size_t(l.n_comp)) * head_dim * elem +
+                 size_t(l.n_idx) * idx_head_dim * elem + l.comp_kv.bytes() + l.comp_score.bytes() +
+                 l.idx_kv.bytes() + l.idx_score.bytes();
+        return b;
+    }
+};
+
+namespace {
+
+cuda::DeviceBuffer clone(const cuda::DeviceBuffer &b, cudaStream_t s) {
+    cuda::DeviceBuffer c(b.bytes());
+    if (b.bytes())
+        DS4_CUDA_CHECK(cudaMemcpyAsync(c.get(), b.get(), b.bytes(), cudaMemcpyDeviceToDevice, s));
+    return c;
+}
+
+void copy_into(cuda::DeviceBuffer &dst, const cuda::DeviceBuffer &src, cudaStream_t s) {
+    if (dst.bytes() != src.bytes()) throw Error("restore: a snapshot of another session shape");
+    if (src.bytes())
+        DS4_CUDA_CHECK(
+            cudaMemcpyAsync(dst.get(), src.get(), src.bytes(), cudaMemcpyDeviceToDevice, s));
+}
+
+// score rows start at -inf (an unwritten row), values at 0, as CompressorState::init.
+cuda::DeviceBuffer compressor_window(size_t n, float fill) {
+    std::vector<float> host(n, fill);
+    cuda::DeviceBuffer b(n * sizeof(float));
+    DS4_CUDA_CHECK(cudaMemcpy(b.get(), host.data(), b.bytes(), cudaMemcpyHostToDevice));
+    return b;
+}
+
+}  // namespace
+
+CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardOptions opts,
+                 uint32_t max_batch)
+    : m_(model), hp_(model.hp()), ctx_(ctx), max_batch_(max_batch), f16_(f16_rows), opts_(opts) {
+    DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+    const model::HParams &hp = hp_;
+    const uint32_t D = hp.head_dim, I = hp.idx_head_dim;
+
+    // Attention state, allocated up front (kv_bytes() is what is used), as KvCache does.
+    kv_.resize(hp.n_layer);
+    size_t max_visible = hp.sliding_window;
+    uint32_t max_comp = 0;
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        LayerKv &L = kv_[il];
+        L.raw = device_array<float>(size_t(hp.sliding_window) * D);
+        const uint32_t r = hp.compress_ratio[il];
+        if (r == 0) continue;
+        if (!ratio_row_.count(r)) ratio_row_.emplace(r, ratio_row_.size() + 1);
+        const uint32_t coff = hp.compressor_coff(il), cap = ctx / r + 1;
+        const bool indexed = hp.attention_kind(il) == model::AttentionKind::Overlapped;
+        L.comp = device_array<float>(size_t(cap) * D);
+        L.comp_kv = compressor_window(size_t(coff) * r * coff * D, 0.0f);
+        L.comp_score = compressor_window(size_t(coff) * r * coff * D, -INFINITY);
+        if (indexed) {
+            L.idx = device_array<float>(size_t(cap) * I);
+            L.idx_kv = compressor_window(size_t(coff) * r * coff * I, 0.0f);
+            L.idx_score = compressor_window(size_t(coff) * r * coff * I, -INFINITY);
+            max_comp = std::max(max_comp, cap);
+        }
+        max_visible = std::max<size_t>(
+            max_visible, hp.sliding_window + (indexed ? std::min(cap, hp.idx_top_k) : cap));
+    }
+
+    capacity_ = size_t(max_batch) * floats_per_token(hp) + align_up(hp.n_vocab) +
+                4 * align_up(hp.n_embd) + kAlign;
+    arena_ = device_array<float>(capacity_);
+    tokens_ = device_array<int32_t>(max_batch);
+    positions_ = device_array<int64_t>((ratio_row_.size() + 1) * max_batch);
+
+    const backend::cpu::RopeFreqs plain =
+        backend::cpu::RopeFreqs::plain(hp.n_rot, hp.rope_freq_base);
+    const backend::cpu::RopeFreqs yarn = backend::cpu::RopeFreqs::yarn(
+        hp.n_rot, hp.compress_rope_freq_base, hp.rope_scaling_factor, double(hp.rope_orig_ctx),
+        hp.yarn_beta_fast, hp.yarn_beta_slow);
+    freqs_plain_ = device_array<double>(plain.f.size());
+    freqs_yarn_ = device_array<double>(yarn.f.size());
+    DS4_CUDA_CHECK(cudaMemcpy(freqs_plain_.get(), plain.f.data(), plain.f.size() * sizeof(double),
+                              cudaMemcpyHostToDevice));
+    DS4_CUDA_CHECK(cudaMemcpy(freqs_yarn_.get(), yarn.f.data(), yarn.f.size() * sizeof(double),
+                              cudaMemcpyHostToDevice));
+    zero_id_ = device_array<int32_t>(1);
+    DS4_CUDA_CHECK(cudaMemset(zero_id_.get(), 0, sizeof(int32_t)));
+
+    // One token's scratch. Activations: the longest row, or every selected expert's down input.
+    const size_t K = hp.n_expert_used, F = hp.n_ff_exp;
+    const size_t act = std::max<size_t>(size_t(m_.max_k()), K * F);
+    xq_ = device_array<int8_t>(act);
+    xd_ = device_array<float>(act / 32 + 1);
+    q8k_q_ = device_array<int8_t>(act);
+    q8k_d_ = device_array<float>(act / 256 + 1);
+    q8k_bsums_ = device_array<int16_t>(act / 16 + 1);
+    float_scratch_ = cuda::DeviceBuffer(std::max<size_t>(m_.float_scratch_bytes(), 16));
+    flat_ = device_array<float>(size_t(hp.n_hc) * hp.n_embd);
+    mixes_ = device_array<float>(hp.n_hc_mix());
+    head_w_ = device_array<float>(hp.n_hc);
+    kv_row_ = device_array<float>(D);
+    pooled_ = device_array<float>(std::max(D, I));
+    comp_row_ = device_array<float>(std::max(D, I));
+    rows_ = device_array<float>(max_visible * D);
+    scores_ = device_array<float>(max_visible * hp.n_head);
+    idx_scores_ = device_array<float>(max_comp);
+    selected_ = device_array<int32_t>(hp.idx_top_k);
+    topk_scratch_ = cuda::DeviceBuffer(std::max<size_t>(cuda::top_k_scratch_bytes(max_comp), 16));
+    expert_ids_ = device_array<int32_t>(size_t(max_batch) * K);
+    expert_w_ = device_array<float>(size_t(max_batch) * K);
+    gate_ = device_array<float>(K * F);
+    up_ = device_array<float>(K * F);
+    DS4_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CudaOps::~CudaOps() {
+    if (s_) cudaStreamDestroy(s_);
+}
+
+void CudaOps::begin_batch(std::span<const int32_t> tokens) {
+    if (tokens.size() > max_batch_)
+        throw Error(fmt::format("CUDA backend: a batch of {} tokens exceeds the session's {}",
+                                tokens.size(), max_batch_));
+    batch_ = static_cast<int64_t>(tokens.size());
+    top_ = 0;
+    std::vector<int64_t> pos((ratio_row_.size() + 1) * max_batch_);
+    for (int64_t t = 0; t < batch_; ++t) {
+        pos[size_t(t)] = n_past_ + t;
+        for (const auto &[r, row] : ratio_row_)
+            pos[row * max_batch_ + size_t(t)] = n_past_ + t + 1 - r;
+    }
+    DS4_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens.data(), tokens.size() * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, s_));
+    DS4_CUDA_CHECK(cudaMemcpyAsync(positions_.get(), pos.data(), pos.size() * sizeof(int64_t),
+                                   cudaMemcpyHostToDevice, s_));
+    // The host vector goes out of scope: wait for the copies (a few hundred bytes).
+    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+}
+
+float *CudaOps::buffer(size_t n) {
+    const size_t need = align_up(n);
+    if (top_ + need > capacity_)
+        throw Error(fmt::format("CUDA backend: batch scratch exhausted ({} of {} floats)",
+                                top_ + need, capacity_));
+    float *p = arena_.as<float>() + top_;
+    top_ += need;
+    return p;
+}
+
+void CudaOps::end_batch() {
+    n_past_ += batch_;
+}
+
+const double *CudaOps::freqs(uint32_t il) const {
+    return hp_.compress_ratio[il] == 0 ? freqs_plain_.as<double>() : freqs_yarn_.as<double>();
+}
+
+const int64_t *CudaOps::position(int64_t t, uint32_t ratio) const {
+    const size_t row = ratio == 0 ? 0 : ratio_row_.at(ratio);
+    return positions_.as<int64_t>() + row * max_batch_ + size_t(t);
+}
+
+cuda::Q8_KActivation CudaOps::quantize_q8_k(const float *x, int64_t n) {
+    const cuda::Q8_KActivation a{q8k_q_.as<int8_t>(), q8k_d_.as<float>(), q8k_bsums_.as<int16_t>()};
+    cuda::quantize_q8_K_activation(x, n, a, s_);
+    return a;
+}
+
+void CudaOps::quantize_q8_0(const float *x, int64_t n) {
+    cuda::quantize_q8_0_activation(x, n, xq_.as<int8_t>(), xd_.as<float>(), s_);
+}
+
+void CudaOps::experts_matvec(const DeviceMatrix &w, const int32_t *ids, int n_ids, const float *x,
+                             bool x_per_slot, float *y) {
+    const int64_t n = x_per_slot ? int64_t(n_ids) * w.k : w.k;
+    if (w.q8_k_activations()) {
+        const cuda::Q8_KActivation a = quantize_q8_k(x, n);
+        if (w.iq2_xxs)
+            cuda::matvec_iq2_xxs(w.iq2_xxs->experts(), ids, n_ids, a, y, s_, x_per_slot);
+        else if (w.q2_k)
+            cuda::matvec_q2_K(w.q2_k->experts(), ids, n_ids, a, y, s_, x_per_slot);
+        else
+            cuda::matvec_q4_K(w.q4_k->experts(), ids, n_ids, a, y, s_, x_per_slot);
+    } else if (w.q8_0) {
+        quantize_q8_0(x, n);
+        cuda::matvec_q8_0_experts(w.q8_0->matrix(), w.n_experts, ids, n_ids, xq_.as<int8_t>(),
+                                  xd_.as<float>(), x_per_slot, y, s_);
+    } else {
+        cuda::matvec_float_experts(w.float_matrix(), ids, n_ids, x, x_per_slot, y,
+                                   float_scratch_.get(), s_);
+    }
+}
+
+void CudaOps::matvec(const DeviceMatrix &w, const float *x, float *y) {
+    if (w.q8_0) {
+        quantize_q8_0(x, w.k);
+        cuda::matvec_q8_0(w.q8_0->matrix(), xq_.as<int8_t>(), xd_.as<float>(), y, s_);
+    } else if (w.q8_k_activations()) {
+        experts_matvec(w, zero_id_.as<int32_t>(), 1, x, false, y);
+    } else {
+        cuda::matvec_float(w.float_matrix(), x, y, float_scratch_.get(), s_);
+    }
+}
+
+void CudaOps::embed(float *X) {
+    const size_t width = size_t(hp_.n_hc) * hp_.n_embd;
+    for (int64_t t = 0; t < batch_; ++t)
+        cuda::embed_token(m_.embedding(), m_.embedding_type(), hp_.n_vocab, hp_.n_embd,
+                          tokens_.as<int32_t>() + t, int(hp_.n_hc), X + size_t(t) * width, s_);
+}
+
+void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
+    const DeviceMatrix &d = m_.matrix(w);
+    for (int64_t t = 0; t < m; ++t) matvec(d, X + t * d.k, Y + t * d.n_rows);
+}
+
+void CudaOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, float *Y, int64_t m) {
+    const DeviceMatrix &d = m_.matrix(w);
+    const int64_t R = d.n_rows / groups, K = d.k;
+    for (int64_t t = 0; t < m; ++t) {
+        const float *x = X + t * groups * K;
+        float *y = Y + t * groups * R;
+        if (d.q8_0) {
+            // Q8_0 blocks of the whole row are the blocks of its slices (K is a multiple of 32).
+            quantize_q8_0(x, groups * K);
+            const cuda::Q8_0Matrix &full = d.q8_0->matrix();
+            for (uint32_t g = 0; g < groups; ++g) {
+                const cuda::Q8_0Matrix block{full.qs + g * R * K, full.d + g * R * (K / 32), R, K};
+                cuda::matvec_q8_0(block, xq_.as<int8_t>() + g * K, xd_.as<float>() + g * (K / 32),
+                                  y + g * R, s_);
+            }
+        } else if (d.raw.get()) {
+            const size_t elem = d.type == GgmlType::F32 ? 4 : 2;
+            for (uint32_t g = 0; g < groups; ++g) {
+                const cuda::FloatMatrix block{
+                    d.type, static_cast<const uint8_t *>(d.raw.get()) + g * R * K * elem, R, K};
+                cuda::matvec_float(block, x + g * K, y + g * R, float_scratch_.get(), s_);
+            }
+        } else {
+            throw Error(fmt::format("CUDA backend: no grouped product for {} weights ({})",
+                                    ggml_type_name(d.type), w->name));
+        }
+    }
+}
+
+void CudaOps::rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int64_t n) {
+    cuda::rms_norm(x, m_.vec(w), y, m, n, hp_.rms_eps, s_);
+}
+
+void CudaOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix, float *x_in) {
+    const int n = int(hp_.n_hc);
+    const int64_t E = hp_.n_embd, width = int64_t(n) * E, n_mix = hp_.n_hc_mix();
+    const DeviceMatrix &fn = m_.matrix(hc.fn);
+    for (int64_t t = 0; t < m; ++t) {
+        float *mt = mix + t * n_mix;
+        cuda::rms_norm(X + t * width, nullptr, flat_.as<float>(), 1, width, hp_.rms_eps, s_);
+        matvec(fn, flat_.as<float>(), mixes_.as<float>());
+        cuda::hc_mix(mixes_.as<float>(), m_.vec(hc.scale), m_.vec(hc.base), n,
+                     int(hp_.sinkhorn_iters), hp_.hc_eps, mt, mt + n, mt + 2 * n, s_);
+        cuda::hc_combine(mt, X + t * width, n, E, x_in + t * E, s_);
+    }
+}
+
+void CudaOps::hc_post(const float *mix, const float *y, int64_t m, float *X) {
+    const int n = int(hp_.n_hc);
+    const int64_t E = hp_.n_embd, n_mix = hp_.n_hc_mix();
+    for (int64_t t = 0; t < m; ++t) {
+        const float *mt = mix + t * n_mix;
+        cuda::hc_post(mt + n, mt + 2 * n, y + t * E, n, E, X + t * n * E, s_);
+    }
+}
+
+void CudaOps::hc_head(const float *X, float *out) {
+    const int n = int(hp_.n_hc);
+    const int64_t E = hp_.n_embd;
+    const model::ModelWeights &w = m_.weights();
+    cuda::rms_norm(X, nullptr, flat_.as<float>(), 1, n * E, hp_.rms_eps, s_);
+    matvec(m_.matrix(w.output_hc_fn), flat_.as<float>(), mixes_.as<float>());
+    cuda::hc_head_weights(mixes_.as<float>(), m_.vec(w.output_hc_scale), m_.vec(w.output_hc_base),
+                          n, hp_.hc_eps, head_w_.as<float>(), s_);
+    cuda::hc_combine(head_w_.as<float>(), X, n, E, out, s_);
+}
+
+bool CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t p,
+                       int64_t t) {
+    const model::LayerWeights &L = m_.weights().layers[il];
+    LayerKv &st = kv_[il];
+    const uint32_t r = hp_.compress_ratio[il];
+    const bool overlap = hp_.compressor_coff(il) == 2;
+    const int64_t d = indexer ? hp_.idx_head_dim : hp_.head_dim;
+    const int64_t W = int64_t(hp_.compressor_coff(il)) * d;
+    float *state_kv = (indexer ? st.idx_kv : st.comp_kv).as<float>();
+    float *state_score = (indexer ? st.idx_score : st.comp_score).as<float>();
+    // runtime/compressor.cpp compressor_push: the token's rows plus its phase's position bias.
+    const int64_t phase = p % r;
+    const float *ape = m_.vec(indexer ? L.idx_comp_ape : L.comp_ape) + phase * W;
+    cuda::compressor_push(kv, score, ape, W, overlap ? r + phase : phase, state_kv, state_score,
+                          s_);
+    if ((p + 1) % r != 0) return false;
+    cuda::compressor_pool(state_kv, state_score, int(r), overlap, d, W, pooled_.as<float>(), s_);
+    if (overlap) cuda::compressor_shift(state_kv, state_score, int(r), W, s_);
+    float *row = comp_row_.as<float>();
+    cuda::rms_norm(pooled_.as<float>(), m_.vec(indexer ? L.idx_comp_norm : L.comp_norm), row, 1, d,
+                   hp_.rms_eps, s_);
+    cuda::rope_tail(row, 1, d, freqs(il), hp_.n_rot / 2, position(t, r), false, s_);
+    // The per-cache rounding: FP8 on the attention row's non-rotary dims, Hadamard + FP4 on the
+    // indexer's (docs/MODEL.md 4.0).
+    if (opts_.qat_sim) {
+        if (indexer)
+            cuda::indexer_qat(row, 1, d, s_);
+        else
+            cuda::fp8_e4m3_sim(row, 1, hp_.n_nope(), 64, s_);
+    }
+    int64_t &count = indexer ? st.n_idx : st.n_comp;
+    const int64_t cap = int64_t(ctx_ / r + 1);
+    if (count >= cap) throw Error(fmt::format("KV row store full: row {} of {}", count, cap));
+    cuda::store_row(row, d, f16_, (indexer ? st.idx : st.comp).as<float>() + count * d, s_);
+    ++count;
+    return true;
+}
+
+void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, float *O) {
+    const model::HParams &hp = hp_;
+    const model::LayerWeights &L = m_.weights().layers[il];
+    LayerKv &st = kv_[il];
+    const int64_t H = hp.n_head, D = hp.head_dim, window = hp.sliding_window;
+    const int64_t n_freq = hp.n_rot / 2;
+    const bool compressed = hp.compress_ratio[il] != 0;
+    const bool indexed = hp.attention_kind(il) == model::AttentionKind::Overlapped;
+    const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+    for (int64_t t = 0; t < m; ++t) {
+        const int64_t p = n_past_ + t;
+        const int64_t *pos = position(t, 0);
+        float *q = in.q + t * H * D;
+        cuda::rms_norm(q, nullptr, q, H, D, hp.rms_eps, s_);
+        cuda::rope_tail(q, H, D, freqs(il), n_freq, pos, false, s_);
+        // The token's KV row: rmsnorm, RoPE, FP8 on the non-rotary dims, into the window ring.
+        float *kv = kv_row_.as<float>();
+        cuda::rms_norm(in.kv + t * D, m_.vec(L.attn_kv_a_norm), kv, 1, D, hp.rms_eps, s_);
+        cuda::rope_tail(kv, 1, D, freqs(il), n_freq, pos, false, s_);
+        if (opts_.qat_sim) cuda::fp8_e4m3_sim(kv, 1, hp.n_nope(), 64, s_);
+        cuda::store_row(kv, D, f16_, st.raw.as<float>() + (p % window) * D, s_);
+
+        // The compressed rows this token sees: all of them, or the indexer's top-k.
+        const int32_t *selected = nullptr;
+        int64_t n_sel = 0;
+        if (compressed) {
+            const int64_t cw = int64_t(hp.compressor_coff(il)) * D;
+            compress(il, false, in.comp_kv + t * cw, in.comp_score + t * cw, p, t);
+            n_sel = st.n_comp;
+            if (indexed) {
+                const int64_t I = hp.idx_head_dim, IH = hp.n_idx_head;
+                const int64_t iw = int64_t(hp.compressor_coff(il)) * I;
+                compress(il, true, in.idx_kv + t * iw, in.idx_score + t * iw, p, t);
+                if (st.n_comp > int64_t(hp.idx_top_k)) {  // runtime/indexer.cpp indexer_select
+                    float *iq = in.idx_q + t * IH * I;
+                    cuda::rope_tail(iq, IH, I, freqs(il), n_freq, pos, false, s_);
+                    if (opts_.qat_sim) cuda::indexer_qat(iq, IH, I, s_);
+                    const float wscale = static_cast<float>(1.0 / std::sqrt(double(I) * IH));
+                    cuda::indexer_scores(iq, in.idx_w + t * IH, wscale, st.idx.as<float>(),
+                                         st.n_comp, int(IH), int(I), idx_scores_.as<float>(), s_);
+                    cuda::top_k_ascending(idx_scores_.as<float>(), st.n_comp, hp.idx_top_k,
+                                          selected_.as<int32_t>(), topk_scratch_.get(), s_);
+                    selected = selected_.as<int32_t>();
+                    n_sel = hp.idx_top_k;
+                }
+            }
+        }
+
+        // Visible rows: the raw window (oldest first), then the compressed rows.
+        const int64_t first = std::max<int64_t>(0, p - window + 1), n_raw = p - first + 1;
+        const int64_t n_rows = n_raw + n_sel;
+        float *rows = rows_.as<float>();
+        cuda::gather_rows(st.raw.as<float>(), window, first, n_raw, st.comp.as<float>(), selected,
+                          n_sel, D, rows, s_);
+        float *o = O + t * H * D;
+        cuda::attention_scores(q, rows, n_rows, H, D, scores_.as<float>(), s_);
+        cuda::attention_mix(scores_.as<float>(), rows, n_rows, m_.vec(L.attn_sinks), scale, H, D, o,
+                            s_);
+        cuda::rope_tail(o, H, D, freqs(il), n_freq, pos, true, s_);
+    }
+}
+
+void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int64_t m,
+                         float *slot_out) {
+    const model::HParams &hp = hp_;
+    const model::LayerWeights &L = m_.weights().layers[il];
+    const int K = int(hp.n_expert_used);
+    const int64_t E = hp.n_embd, F = hp.n_ff_exp;
+    const DeviceMatrix &gate = m_.matrix(L.ffn_gate_exps), &up = m_.matrix(L.ffn_up_exps),
+                       &down = m_.matrix(L.ffn_down_exps);
+    for (int64_t t = 0; t < m; ++t) {
+        int32_t *ids = expert_ids_.as<int32_t>() + t * K;
+        float *weights = expert_w_.as<float>() + t * K;
+        cuda::RouteDeviceParams p;
+        p.n_expert = hp.n_expert;
+        p.n_used = hp.n_expert_used;
+        p.bias = m_.vec(L.exp_probs_b);
+        p.normalize = hp.expert_weights_norm;
+        p.scale = hp.expert_weights_scale;
+        if (L.tid2eid) {
+            p.hash_table = m_.table(L.tid2eid);
+            p.token = tokens_.as<int32_t>() + t;
+            p.hash_rows = static_cast<int64_t>(L.tid2eid->dim(1));
+        }
+        cuda::route_experts(logits + t * hp.n_expert, p, ids, weights, s_);
+        const float *x = XN + t * E;
+        experts_matvec(gate, ids, K, x, false, gate_.as<float>());
+        experts_matvec(up, ids, K, x, false, up_.as<float>());
+        // ds4 weights W2's input by the route weight (docs/MODEL.md 4.6).
+        cuda::swiglu_slots(gate_.as<float>(), up_.as<float>(), K, F, hp.swiglu_clamp[il], weights,
+                           gate_.as<float>(), s_);
+        experts_matvec(down, ids, K, gate_.as<float>(), true, slot_out + t * K * E);
+    }
+}
+
+void CudaOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp) {
+    cuda::swiglu_slots(G, U, int(m), n, clamp, nullptr, G, s_);
+}
+
+void CudaOps::moe_sum(const float *slot_out, const float *shared, int64_t m, float *Y) {
+    const int K = int(hp_.n_expert_used);
+    const int64_t E = hp_.n_embd;
+    for (int64_t t = 0; t < m; ++t)
+        cuda::sum_slots(slot_out + t * K * E, K, E, shared + t * E, Y + t * E, s_);
+}
+
+void CudaOps::read(const float *x, size_t n, float *host) {
+    DS4_CUDA_CHECK(cudaMemcpyAsync(host, x, n * sizeof(float), cudaMemcpyDeviceToHost, s_));
+    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+}
+
+std::shared_ptr<const BackendState> CudaOps::save() const {
+    auto st = std::make_shared<CudaState>();
+    st->n_past = n_past_;
+    st->window = hp_.sliding_window;
+    st->head_dim = hp_.head_dim;
+    st->idx_head_dim = hp_.idx_head_dim;
+    st->f16 = f16_;
+    for (const LayerKv &l : kv_)
+        st->layers.push_back({clone(l.raw, s_), clone(l.comp, s_), clone(l.idx, s_),
+                              clone(l.comp_kv, s_), clone(l.comp_score, s_), clone(l.idx_kv, s_),
+                              clone(l.idx_score, s_), l.n_comp, l.n_idx});
+    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+    return st;
+}
+
+void CudaOps::restore(const BackendState &state) {
+    const auto *st = dynamic_cast<const CudaState *>(&state);
+    if (st == nullptr || st->layers.size() != kv_.size())
+        throw Error("restore: a snapshot of another backend or model");
+    for (size_t il = 0; il < kv_.size(); ++il) {
+        LayerKv &d = kv_[il];
+        const LayerKv &s = st->layers[il];
+        copy_into(d.raw, s.raw, s_);
+        copy_into(d.comp, s.comp, s_);
+        copy_into(d.idx, s.idx, s_);
+        copy_into(d.comp_kv, s.comp_kv, s_);
+        copy_into(d.comp_score, s.comp_score, s_);
+        copy_into(d.idx_kv, s.idx_kv, s_);
+        copy_into(d.idx_score, s.idx_score, s_);
+        d.n_comp = s.n_comp;
+        d.n_idx = s.n_idx;
+    }
+    n_past_ = st->n_past;
+    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+}
+
+size_t CudaOps::kv_bytes() const {
+    size_t b = 0;
+    for (const LayerKv &l : kv_)
+        b += l.raw.bytes() + l.comp.bytes() + l.idx.bytes() + l.comp_kv.bytes() +
+             l.comp_score.bytes() + l.idx_kv.bytes() + l.idx_score.bytes();
+    return b;
+}
+
+}  // namespace ds4::runtime::cuda_backend

@@ -1,0 +1,108 @@
+#pragma once
+// The CUDA backend of the model order (runtime/ops.h): every operation is enqueued on the
+// session's stream, on buffers in device memory; nothing is read back but the logits. Each
+// operation is the composition of backend/cuda kernels that the CPU backend's code does, in the
+// same order, so each has its CPU twin (runtime/cpu_ops.cpp) and the whole model is compared
+// with the CPU in tests/cuda/test_cuda_model.cpp.
+//
+// A batch of several tokens runs token by token through the decode kernels (correct, not yet
+// fast: prefill with tensor cores is still to come).
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/q8_k_quantize.h"
+#include "runtime/cuda/device_model.h"
+#include "runtime/ops.h"
+
+namespace ds4::runtime::cuda_backend {
+
+class CudaOps final : public Ops {
+  public:
+    CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardOptions opts,
+            uint32_t max_batch);
+    ~CudaOps() override;
+    CudaOps(const CudaOps &) = delete;
+    CudaOps &operator=(const CudaOps &) = delete;
+
+    uint32_t ctx() const override { return ctx_; }
+    int64_t n_past() const override { return n_past_; }
+    void begin_batch(std::span<const int32_t> tokens) override;
+    float *buffer(size_t n) override;
+    size_t mark() const override { return top_; }
+    void release(size_t mark) override { top_ = mark; }
+    void end_batch() override;
+
+    void embed(float *X) override;
+    void linear(model::Tensor w, const float *X, float *Y, int64_t m) override;
+    void linear_groups(model::Tensor w, uint32_t groups, const float *X, float *Y,
+                       int64_t m) override;
+    void rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int64_t n) override;
+    void hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix, float *x_in) override;
+    void hc_post(const float *mix, const float *y, int64_t m, float *X) override;
+    void hc_head(const float *X, float *out) override;
+    void attention_core(uint32_t il, const AttentionInputs &in, int64_t m, float *O) override;
+    void moe_routed(uint32_t il, const float *XN, const float *logits, int64_t m,
+                    float *slot_out) override;
+    void swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp) override;
+    void moe_sum(const float *slot_out, const float *shared, int64_t m, float *Y) override;
+    void read(const float *x, size_t n, float *host) override;
+
+    std::shared_ptr<const BackendState> save() const override;
+    void restore(const BackendState &state) override;
+    size_t kv_bytes() const override;
+
+    // The attention state of one layer (docs/MODEL.md 8.1), rows as f32 values (of their f16
+    // rounding when the session rounds rows).
+    struct LayerKv {
+        cuda::DeviceBuffer raw;                  // window ring: row of p at p % window
+        cuda::DeviceBuffer comp, idx;            // compressed rows (attention, indexer)
+        cuda::DeviceBuffer comp_kv, comp_score;  // the compressor's window
+        cuda::DeviceBuffer idx_kv, idx_score;    // the indexer compressor's window
+        int64_t n_comp = 0, n_idx = 0;           // rows in comp, idx
+    };
+
+  private:
+    // y = W x for one row: the activation quantized as W's format needs, then the product.
+    void matvec(const DeviceMatrix &w, const float *x, float *y);
+    // Rows of n_ids experts (ids on the device): x one row for all, or one per slot.
+    void experts_matvec(const DeviceMatrix &w, const int32_t *ids, int n_ids, const float *x,
+                        bool x_per_slot, float *y);
+    // Quantizes n values of x (several rows back to back: their blocks are the rows' blocks).
+    cuda::Q8_KActivation quantize_q8_k(const float *x, int64_t n);
+    void quantize_q8_0(const float *x, int64_t n);
+    // A pooled compressor row: push, and when the window completes, pool, norm, rotate, round
+    // and append. Returns whether a row was appended.
+    bool compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t p,
+                  int64_t t);
+    const double *freqs(uint32_t il) const;
+    const int64_t *position(int64_t t, uint32_t ratio) const;  // device word: p + 1 - ratio
+
+    const DeviceModel &m_;
+    const model::HParams &hp_;
+    const uint32_t ctx_, max_batch_;
+    const bool f16_;
+    const ForwardOptions opts_;
+    cudaStream_t s_ = nullptr;
+    int64_t n_past_ = 0, batch_ = 0;
+    std::vector<LayerKv> kv_;
+
+    cuda::DeviceBuffer arena_;  // the batch's buffers, bump-allocated (floats)
+    size_t capacity_ = 0, top_ = 0;
+    cuda::DeviceBuffer tokens_;  // int32 [max_batch]
+    // int64 [1 + ratios][max_batch]: p, then p + 1 - r for each compression ratio r.
+    cuda::DeviceBuffer positions_;
+    std::map<uint32_t, size_t> ratio_row_;
+    cuda::DeviceBuffer freqs_plain_, freqs_yarn_;  // double [n_rot / 2]
+    cuda::DeviceBuffer zero_id_;  // int32 0: a dense product through an expert kernel
+    // scratch of one token's operations
+    cuda::DeviceBuffer xq_, xd_, q8k_q_, q8k_d_, q8k_bsums_, float_scratch_;
+    cuda::DeviceBuffer flat_, mixes_, head_w_, kv_row_, pooled_, comp_row_;
+    cuda::DeviceBuffer rows_, scores_, idx_scores_, selected_, topk_scratch_;
+    cuda::DeviceBuffer expert_ids_, expert_w_, gate_, up_;
+};
+
+}  // namespace ds4::runtime::cuda_backend

@@ -1,0 +1,208 @@
+#include "runtime/cuda/device_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/error.h"
+#include "quant/quant.h"
+#include "runtime/cuda/cuda_ops.h"
+
+namespace ds4::runtime {
+
+std::unique_ptr<DeviceWeights> upload_to_cuda(
+    const model::HParams &hp, const model::ModelWeights &w,
+    const std::function<void(uint64_t, uint64_t)> &progress) {
+    return std::make_unique<cuda_backend::DeviceModel>(hp, w, progress);
+}
+
+namespace cuda_backend {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+cuda::DeviceBuffer copy_to_device(const void *src, size_t bytes) {
+    cuda::DeviceBuffer b(bytes);
+    if (bytes) DS4_CUDA_CHECK(cudaMemcpy(b.get(), src, bytes, cudaMemcpyHostToDevice));
+    return b;
+}
+
+bool is_float_type(GgmlType t) {
+    return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+}
+
+// Device bytes of a tensor in the form DeviceModel keeps it.
+uint64_t device_bytes(model::Tensor t, bool as_vector) {
+    return as_vector ? t->n_elements * sizeof(float) : t->n_bytes;
+}
+
+DeviceMatrix upload_matrix(model::Tensor t, bool experts) {
+    DeviceMatrix m;
+    m.type = t->type;
+    m.k = static_cast<int64_t>(t->dim(0));
+    m.n_rows = static_cast<int64_t>(t->dim(1));
+    m.n_experts = experts ? static_cast<int64_t>(t->dim(2)) : 1;
+    switch (t->type) {
+        case GgmlType::Q8_0:
+            m.q8_0 = std::make_unique<cuda::Q8_0Weights>(t->data, m.n_rows, m.k, m.n_experts);
+            break;
+        case GgmlType::IQ2_XXS:
+            m.iq2_xxs = std::make_unique<cuda::Iq2xxsWeights>(t->data, m.n_rows, m.k, m.n_experts);
+            break;
+        case GgmlType::Q2_K:
+            m.q2_k = std::make_unique<cuda::Q2KWeights>(t->data, m.n_rows, m.k, m.n_experts);
+            break;
+        case GgmlType::Q4_K:
+            m.q4_k = std::make_unique<cuda::Q4KWeights>(t->data, m.n_rows, m.k, m.n_experts);
+            break;
+        default:
+            if (!is_float_type(t->type))
+                throw Error(fmt::format("the CUDA backend has no kernel for {} weights ({})",
+                                        ggml_type_name(t->type), t->name));
+            if (m.k % 8 != 0)
+                throw Error(
+                    fmt::format("the CUDA backend needs float rows of a multiple of 8 "
+                                "values ({} has {})",
+                                t->name, m.k));
+            m.raw = copy_to_device(t->data, t->n_bytes);
+    }
+    return m;
+}
+
+}  // namespace
+
+DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
+                         const std::function<void(uint64_t, uint64_t)> &progress)
+    : hp_(hp), w_(w) {
+    int n_devices = 0;
+    if (const cudaError_t e = cudaGetDeviceCount(&n_devices); e != cudaSuccess || n_devices == 0)
+        throw Error(fmt::format("no CUDA device: {}",
+                                e != cudaSuccess ? cudaGetErrorString(e) : "none found"));
+    cudaDeviceProp prop{};
+    DS4_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    device_name_ = prop.name;
+
+    // What goes up, in the model's order: matrices, routed-expert tensors, vectors, tables.
+    std::vector<model::Tensor> mats, experts, vecs, tables;
+    auto add = [](std::vector<model::Tensor> &to, std::initializer_list<model::Tensor> ts) {
+        for (model::Tensor t : ts)
+            if (t) to.push_back(t);
+    };
+    for (const model::LayerWeights &L : w.layers) {
+        add(mats,
+            {L.hc_attn_fn, L.attn_q_a, L.attn_q_b, L.attn_kv, L.attn_output_a, L.attn_output_b,
+             L.comp_kv, L.comp_gate, L.idx_q_b, L.idx_proj, L.idx_comp_kv, L.idx_comp_gate,
+             L.hc_ffn_fn, L.ffn_gate_inp, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp});
+        add(experts, {L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps});
+        add(vecs, {L.hc_attn_scale, L.hc_attn_base, L.attn_norm, L.attn_q_a_norm, L.attn_kv_a_norm,
+                   L.attn_sinks, L.comp_ape, L.comp_norm, L.idx_comp_ape, L.idx_comp_norm,
+                   L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm, L.exp_probs_b});
+        add(tables, {L.tid2eid});
+    }
+    add(mats, {w.output_hc_fn, w.output});
+    add(vecs, {w.output_hc_scale, w.output_hc_base, w.output_norm});
+
+    const bool embed_as_is =
+        w.token_embd->type == GgmlType::F16 || w.token_embd->type == GgmlType::F32;
+    uint64_t need = device_bytes(w.token_embd, !embed_as_is);
+    for (const auto *list : {&mats, &experts, &tables})
+        for (model::Tensor t : *list) need += device_bytes(t, false);
+    for (model::Tensor t : vecs) need += device_bytes(t, true);
+    size_t free_bytes = 0, total_bytes = 0;
+    DS4_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    // Room beyond the weights for sessions' attention state and scratch.
+    const uint64_t margin = uint64_t(2) << 30;
+    if (need + margin > free_bytes)
+        throw Error(fmt::format(
+            "the weights need {:.2f} GiB on the device (+{:.0f} GiB for sessions); {} has {:.2f} "
+            "GiB free of {:.2f} GiB. Use a file that fits, or the CPU backend (streaming routed "
+            "experts to the GPU is not available yet)",
+            need / kGiB, margin / kGiB, device_name_, free_bytes / kGiB, total_bytes / kGiB));
+
+    uint64_t done = 0;
+    auto step = [&](uint64_t bytes) {
+        done += bytes;
+        if (progress) progress(done, need);
+    };
+    if (embed_as_is) {
+        embedding_ = copy_to_device(w.token_embd->data, w.token_embd->n_bytes);
+        embedding_type_ = w.token_embd->type;
+    } else {  // other formats: rows dequantized to f32 once
+        std::vector<float> rows(w.token_embd->n_elements);
+        quant::dequantize_row(w.token_embd->type, w.token_embd->data, rows.data(),
+                              static_cast<int64_t>(rows.size()));
+        embedding_ = copy_to_device(rows.data(), rows.size() * sizeof(float));
+        embedding_type_ = GgmlType::F32;
+    }
+    step(device_bytes(w.token_embd, !embed_as_is));
+    for (model::Tensor t : mats) {
+        matrices_.emplace(t, upload_matrix(t, false));
+        step(device_bytes(t, false));
+    }
+    for (model::Tensor t : experts) {
+        matrices_.emplace(t, upload_matrix(t, true));
+        step(device_bytes(t, false));
+    }
+    for (model::Tensor t : vecs) {
+        std::vector<float> v(t->n_elements);
+        quant::dequantize_row(t->type, t->data, v.data(), static_cast<int64_t>(v.size()));
+        vectors_.emplace(t, copy_to_device(v.data(), v.size() * sizeof(float)));
+        step(device_bytes(t, true));
+    }
+    for (model::Tensor t : tables) {
+        // The device clamps ids into range; a table naming a missing expert is refused here,
+        // as the CPU refuses it when routing.
+        const auto *ids = reinterpret_cast<const int32_t *>(t->data);
+        for (uint64_t i = 0; i < t->n_elements; ++i)
+            if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= hp.n_expert)
+                throw Error(fmt::format("{} names expert {} (the model has {})", t->name, ids[i],
+                                        hp.n_expert));
+        vectors_.emplace(t, copy_to_device(t->data, t->n_bytes));
+        step(device_bytes(t, false));
+    }
+    bytes_ = need;
+    for (const auto &[t, m] : matrices_) {
+        max_k_ = std::max(max_k_, m.k);
+        if (!m.raw.get()) continue;
+        cuda::FloatMatrix fm = m.float_matrix();
+        float_scratch_ = std::max(float_scratch_, cuda::float_matvec_scratch_bytes(fm));
+        if (m.n_experts > 1)
+            float_scratch_ = std::max(float_scratch_, cuda::float_matvec_experts_scratch_bytes(
+                                                          fm, int(hp.n_expert_used)));
+        fm.n_rows = m.n_rows / hp.n_out_group;  // the grouped output's blocks
+        if (fm.n_rows > 0)
+            float_scratch_ = std::max(float_scratch_, cuda::float_matvec_scratch_bytes(fm));
+    }
+}
+
+const DeviceMatrix &DeviceModel::matrix(model::Tensor t) const {
+    const auto it = matrices_.find(t);
+    if (it == matrices_.end())
+        throw Error(fmt::format("CUDA backend: {} is not on the device", t ? t->name : "(null)"));
+    return it->second;
+}
+
+const float *DeviceModel::vec(model::Tensor t) const {
+    if (t == nullptr) return nullptr;
+    const auto it = vectors_.find(t);
+    if (it == vectors_.end())
+        throw Error(fmt::format("CUDA backend: {} is not on the device", t->name));
+    return it->second.as<float>();
+}
+
+const int32_t *DeviceModel::table(model::Tensor t) const {
+    return reinterpret_cast<const int32_t *>(vec(t));
+}
+
+std::unique_ptr<Ops> DeviceModel::new_session(uint32_t ctx, bool f16_rows, ForwardOptions opts,
+                                              uint32_t max_batch) {
+    if (opts.llama_cpp_rounding)
+        throw Error(
+            "llama.cpp's rounding (a comparison mode) is available on the CPU backend only");
+    return std::make_unique<CudaOps>(*this, ctx, f16_rows, opts, max_batch);
+}
+
+}  // namespace cuda_backend
+}  // namespace ds4::runtime

@@ -1,0 +1,76 @@
+#pragma once
+// The weights of a model on the CUDA device, each in the form its kernels read: Q8_0 and the
+// routed-expert formats repacked into planes (backend/cuda/*_matvec.h), float matrices and the
+// embedding as in the file, vectors (norms, sinks, biases, hyper-connection scales and bases,
+// the compressors' position biases) as f32, the hash-routing tables as int32. Uploaded once per
+// model; sessions (runtime/cuda/cuda_ops.h) share them.
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/float_matvec.h"
+#include "backend/cuda/iq2_xxs_matvec.h"
+#include "backend/cuda/q2_k_matvec.h"
+#include "backend/cuda/q4_k_matvec.h"
+#include "backend/cuda/q8_0_matvec.h"
+#include "runtime/device_weights.h"
+
+namespace ds4::runtime::cuda_backend {
+
+// One matrix, or one routed-expert tensor of n_experts matrices of n_rows x k.
+struct DeviceMatrix {
+    GgmlType type = GgmlType::F32;
+    int64_t n_rows = 0, k = 0, n_experts = 1;
+    std::unique_ptr<cuda::Q8_0Weights> q8_0;
+    std::unique_ptr<cuda::Iq2xxsWeights> iq2_xxs;
+    std::unique_ptr<cuda::Q2KWeights> q2_k;
+    std::unique_ptr<cuda::Q4KWeights> q4_k;
+    cuda::DeviceBuffer raw;  // F32, F16, BF16 rows as in the file
+    cuda::FloatMatrix float_matrix() const { return {type, raw.get(), n_rows, k}; }
+    // Whether products take Q8_K activations (IQ2_XXS, Q2_K, Q4_K), Q8_0 ones, or f32 rows.
+    bool q8_k_activations() const { return q2_k || q4_k || iq2_xxs; }
+};
+
+class DeviceModel final : public DeviceWeights {
+  public:
+    DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
+                const std::function<void(uint64_t, uint64_t)> &progress);
+
+    std::unique_ptr<Ops> new_session(uint32_t ctx, bool f16_rows, ForwardOptions opts,
+                                     uint32_t max_batch) override;
+    uint64_t bytes() const override { return bytes_; }
+    std::string device_name() const override { return device_name_; }
+
+    const model::HParams &hp() const { return hp_; }
+    const model::ModelWeights &weights() const { return w_; }
+    // The device form of a matrix or expert tensor; throws when it was not uploaded.
+    const DeviceMatrix &matrix(model::Tensor t) const;
+    // A vector as f32 on the device (null for an absent optional tensor).
+    const float *vec(model::Tensor t) const;
+    // The int32 hash-routing table of a layer (null when it routes by score).
+    const int32_t *table(model::Tensor t) const;
+    // The token embedding: rows of F16 or F32.
+    const void *embedding() const { return embedding_.get(); }
+    GgmlType embedding_type() const { return embedding_type_; }
+    // The longest row of any matrix, and the float products' largest scratch (for up to
+    // n_expert_used experts at once).
+    int64_t max_k() const { return max_k_; }
+    size_t float_scratch_bytes() const { return float_scratch_; }
+
+  private:
+    const model::HParams &hp_;
+    const model::ModelWeights &w_;
+    std::unordered_map<model::Tensor, DeviceMatrix> matrices_;
+    std::unordered_map<model::Tensor, cuda::DeviceBuffer> vectors_;
+    cuda::DeviceBuffer embedding_;
+    GgmlType embedding_type_ = GgmlType::F32;
+    uint64_t bytes_ = 0;
+    int64_t max_k_ = 0;
+    size_t float_scratch_ = 0;
+    std::string device_name_;
+};
+
+}  // namespace ds4::runtime::cuda_backend
