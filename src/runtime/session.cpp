@@ -36,12 +36,13 @@ Session::Session(Model &model, const SessionOptions &opts) : model_(model), chun
                                         model.experts(), opts.forward, opts.ctx, f16);
 }
 
-uint64_t Session::kv_bytes_for(const model::HParams &hp, const SessionOptions &opts) {
+uint64_t Session::kv_bytes_for(const model::HParams &hp, const SessionOptions &opts,
+                               Backend backend) {
     // The layout of the KvCache constructor (kv_cache.cpp): the raw window, and for compressed
     // layers the compressed rows plus the compressor's rolling window of values and scores
     // (f32), twice over for the indexer of overlapped layers.
     const bool f16 = opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0;
-    const uint64_t elem = f16 ? 2 : 4;
+    const uint64_t elem = f16 && backend == Backend::Cpu ? 2 : 4;
     uint64_t b = 0;
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
         b += uint64_t(hp.sliding_window) * hp.head_dim * elem;

@@ -77,7 +77,9 @@ class Session {
     size_t kv_bytes() const { return ops_->kv_bytes(); }
     // The bytes kv_bytes() will report for a session of `opts` over a model of `hp`, computed
     // without allocating, so that a context too large for the machine is refused beforehand.
-    static uint64_t kv_bytes_for(const model::HParams &hp, const SessionOptions &opts);
+    // The CUDA backend keeps rows as f32 values (of their f16 rounding when rows are rounded).
+    static uint64_t kv_bytes_for(const model::HParams &hp, const SessionOptions &opts,
+                                 Backend backend = Backend::Cpu);
 
     // A copy of the session's state: the backend's attention state, the logits and the tokens.
     struct Snapshot {

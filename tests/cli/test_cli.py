@@ -32,8 +32,8 @@ def test_help_and_usage_errors(tool, tiny):
     assert p.returncode == 2 and "specify only one prompt source" in p.stderr
     assert ds4(tool, "-m", tiny, "-p", "a", "--temp", "-1").returncode == 2
     assert ds4(tool, "-m", tiny, "-p", "a", "--nothink", "--think").returncode == 2
-    p = ds4(tool, "-m", tiny, "-p", "a", "--cuda")
-    assert p.returncode == 2 and "CUDA backend" in p.stderr
+    p = ds4(tool, "-m", tiny, "-p", "a", "--backend", "metal")
+    assert p.returncode == 2 and "--backend: must be cpu or cuda, got 'metal'" in p.stderr
 
 
 def test_missing_default_model_says_how_to_get_one(tool, tmp_path):

@@ -80,7 +80,9 @@ def ds4_cases(f):
         ["-m", f["tiny"], "-m", f["tiny"], "-p", "hi"], ["-p", "a", "-p", "b", "-m", f["tiny"]],
         ["-m", f["tiny"], "-p", LONG, "-c", "64"], base + ["--system", LONG],
         ["-m", f["tiny"], "--dump-tokens"], ["-m", f["tiny"], "--dump-logprobs", f["out"]],
-        base + ["--backend", GARBAGE], base + ["--backend", ""], ["-m", f["dir"], "--inspect"],
+        base + ["--backend", GARBAGE], base + ["--backend", ""], base + ["--backend", LONG], base + ["--cuda"],
+        base + ["--backend", "cuda"], base + ["--cpu", "--cuda"], ["-m", f["trunc"], "--inspect", "--cuda"],
+        ["-m", f["dir"], "--inspect"],
         ["-m", f["tiny"], "--dump-tokens", "-p", GARBAGE],
         ["-m", f["tiny"], "-p", "hi", "-n", "1", "-c", "2000000000"],
         ["-m", f["tiny"], "-p", "hi", "-n", "1", "-c", "4294967295"],
@@ -97,7 +99,8 @@ def bench_cases(f):
     for v in path_values(f):
         cases += [["-m", v, "--prompt-file", f["text"]], ["-m", f["tiny"], "--prompt-file", v],
                   ["-m", f["tiny"], "--chat-prompt-file", v], base + ["--csv", v], base + ["--baseline", v]]
-    cases += [["--bogus"], [GARBAGE], base + ["--backend", GARBAGE], base + ["--ctx-max", "4000000000"],
+    cases += [["--bogus"], [GARBAGE], base + ["--backend", GARBAGE], base + ["--backend", LONG], base + ["--cuda"],
+              base + ["--backend", "cuda", "--cpu"], base + ["--metal"], base + ["--ctx-max", "4000000000"],
               ["-m", f["tiny"], "--prompt-file", f["text"], "--ctx-start", "1", "--ctx-max", "4000000000",
                "--step-incr", "1"], base + ["--system", LONG], base + ["--ctx-alloc", "4294967295"]]
     return cases
@@ -120,7 +123,13 @@ def other_tool_cases(f):
             ["--logprob-vectors", "--vocab", f["dir"]], ["--logprob-vectors", "--vocab", f["missing"]],
             ["--logprob-vectors", "--vocab", "/dev/null"], ["--logprob-vectors", "--vector-file", f["dir"]],
             ["--kv-roundtrip", "--consistency-model", f["trunc"]],
-            ["--kv-roundtrip", "--consistency-model", f["dir"]]]
+            ["--kv-roundtrip", "--consistency-model", f["dir"]],
+            ["--backend", GARBAGE], ["--backend", LONG], ["--cuda", "--kv-roundtrip"], ["--cpu", "--cuda"],
+            ["--backend-parity"], ["--backend-parity", "--consistency-model", f["trunc"]],
+            ["--backend-parity", "-m", f["garbage"]], ["--backend-parity", "-p", GARBAGE, "-p", "b"]]
+    test += [["--backend-parity", "--parity-bound", v] for v in NUMBERS]
+    test += [["--backend-parity", "-n", v] for v in NUMBERS]
+    test += [["--backend-parity", "--prompt-file", v] for v in path_values(f)]
     return {"ds4-quantize": quant, "ds4-gguf-dump": dump, "ds4-mkmodel": mk, "ds4-test": test}
 
 

@@ -163,8 +163,8 @@ def test_step_mul_and_chat_prompt(tool, tiny):
 
 
 def test_usage_errors(tool, tiny):
-    p = bench(tool, tiny, "--prompt-file", TEXT, "--cuda")
-    assert p.returncode == 2 and "not part of this build" in p.stderr
+    p = bench(tool, tiny, "--prompt-file", TEXT, "--metal")
+    assert p.returncode == 2 and "not part of ds4cpp" in p.stderr
     p = bench(tool, tiny, "--prompt-file", TEXT, "--chat-prompt-file", TEXT)
     assert p.returncode == 2 and "exactly one of" in p.stderr
     p = bench(tool, tiny, "--prompt-file", TEXT, "--ctx-start", "16", "--ctx-max", "32", "-n", "4", "--ctx-alloc", "36")

@@ -94,7 +94,7 @@ def test_all_modes_on_the_tiny_model(tool, parity_ggufs):
 
 
 def test_modes_run_one_by_one_and_list(tool):
-    p = ds4_test(tool, "--server", "--backend-parity")
+    p = ds4_test(tool, "--server", "--ssd-streaming-cache-pressure")
     assert p.returncode == 0
     c = parse(p.stdout)
     assert len(c["SKIP"]) == 2 and c["PASS"] == [] and p.stdout.endswith("0 passed, 0 failed, 2 skipped\n")

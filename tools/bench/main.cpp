@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "backend_option.h"
 #include "cli_app.h"
 #include "common/error.h"
 #include "csv_file.h"
@@ -21,6 +22,7 @@
 #include "frontiers.h"
 #include "input_files.h"
 #include "memory_check.h"
+#include "model_load.h"
 #include "regression_gate.h"
 #include "run_env.h"
 #include "runtime/session.h"
@@ -39,6 +41,7 @@ struct Options {
     // The reference bench's default system text has a final period, unlike the CLI's.
     std::string system = "You are a helpful assistant.";
     int threads = 0;
+    ds4::runtime::Backend backend = ds4::runtime::Backend::Cpu;
     uint32_t ctx_start = 2048, ctx_max = 32768, ctx_alloc = 0, step_incr = 2048, gen_tokens = 128;
     uint32_t chunk = 256, runs = 1;
     double step_mul = 1, max_regress = 5;
@@ -63,11 +66,14 @@ void warm_weights(const ds4::gguf::File &f) {
     (void)sink;
 }
 
-// A defect of the model file, of an input or of the arguments is bad input (exit 2).
+// A defect of the model file, of an input or of the arguments is bad input (exit 2); a backend
+// that cannot start (no CUDA, no device) is a runtime failure (exit 1).
 template <typename F>
 auto as_usage_error(F &&f) {
     try {
         return f();
+    } catch (const ds4::tools::BackendError &) {
+        throw;
     } catch (const ds4::Error &e) {
         throw UsageError(e.what());
     }
@@ -117,8 +123,10 @@ int run(const Options &opt) {
              : ds4::tools::read_input_file(opt.prompt_file, "--prompt-file");
     if (!opt.csv.empty()) ds4::tools::check_output_writable(opt.csv, "--csv");
 
-    auto model = as_usage_error(
-        [&] { return ds4::runtime::Model::load(opt.model, {.n_threads = opt.threads}); });
+    auto model = as_usage_error([&] {
+        return ds4::tools::load_model("ds4-bench", opt.model,
+                                      {.n_threads = opt.threads, .backend = opt.backend});
+    });
     fmt::print(stderr, "{}", ds4::tools::startup_line("ds4-bench", opt.model, *model));
     const ds4::tokenizer::Tokenizer tok = as_usage_error(
         [&] { return ds4::tokenizer::Tokenizer(ds4::tokenizer::load_vocabulary(model->file())); });
@@ -140,8 +148,9 @@ int run(const Options &opt) {
     for (uint32_t f : frontiers) fl += fmt::format("{}{}", fl.empty() ? "" : ",", f);
     fmt::print(stderr,
                "ds4-bench: {} | {} prompt tokens | frontiers {} | {} gen tokens | ctx-alloc {} | "
-               "chunk {} | {} run(s) | backend cpu\n",
-               opt.model, prompt.size(), fl, opt.gen_tokens, ctx_alloc, opt.chunk, opt.runs);
+               "chunk {} | {} run(s) | backend {}\n",
+               opt.model, prompt.size(), fl, opt.gen_tokens, ctx_alloc, opt.chunk, opt.runs,
+               ds4::runtime::backend_name(model->backend()));
     if (opt.warm_weights) warm_weights(model->file());
 
     ds4::bench::PassParams params{
@@ -180,8 +189,8 @@ int bench_main(int argc, char **argv) {
     using ds4::tools::number_in;
     constexpr int64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
     Options opt;
-    bool use_cpu = false, use_cuda = false, use_metal = false;
-    std::string backend = "cpu";
+    ds4::tools::BackendFlags backend;
+    bool use_metal = false;
     CLI::App app{"ds4-bench: prefill and generation speed at context frontiers (CSV)", "ds4-bench"};
     ds4::tools::configure_app(app, "ds4-bench");
     auto *pf = app.add_option("--prompt-file", opt.prompt_file, "Raw text, plain BPE");
@@ -190,10 +199,8 @@ int bench_main(int argc, char **argv) {
     app.add_option("--system", opt.system, "System text of --chat-prompt-file (also -sys)")
         ->capture_default_str();
     app.add_option("-m,--model", opt.model, "GGUF model")->capture_default_str();
-    app.add_flag("--cpu", use_cpu, "CPU backend (the only one in this build)");
-    app.add_flag("--cuda", use_cuda, "CUDA backend (not built)");
-    app.add_flag("--metal", use_metal, "Metal backend (not built)");
-    app.add_option("--backend", backend, "Backend by name")->capture_default_str();
+    ds4::tools::add_backend_options(app, backend);
+    app.add_flag("--metal", use_metal, "Metal backend (not part of ds4cpp: exits 2)");
     app.add_option("-t,--threads", opt.threads,
                    "CPU threads; 0 (the default) = DS4_THREADS when set, else all cores")
         ->check(integer_in(0, ds4::tools::kMaxThreads));
@@ -232,12 +239,9 @@ int bench_main(int argc, char **argv) {
     if (const auto rc = ds4::tools::parse_args(app, normalized_args(argc, argv))) return *rc;
     if (pf->count() + cpf->count() != 1)
         throw UsageError("give exactly one of --prompt-file and --chat-prompt-file");
-    if (use_cuda || use_metal || backend != "cpu")
-        throw UsageError(fmt::format("the {} backend is not part of this build; use --cpu",
-                                     use_cuda    ? "cuda"
-                                     : use_metal ? "metal"
-                                                 : backend.substr(0, 40)));
-    (void)use_cpu;
+    if (use_metal)
+        throw UsageError("the metal backend is not part of ds4cpp; use --backend cpu or cuda");
+    opt.backend = backend.backend();
     // The environment is checked here, before any file is opened.
     opt.threads = ds4::tools::resolve_threads(opt.threads, "ds4-bench");
     ds4::tools::check_simd_env();

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/device_weights.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_prompt.h"
 
@@ -15,6 +16,7 @@ struct Options {
     uint32_t ctx = 32768;
     int64_t n_predict = 50000;
     int threads = 0;
+    runtime::Backend backend = runtime::Backend::Cpu;
     uint32_t chunk = 256;
     runtime::SamplerParams sampling;
     tokenizer::ThinkMode think = tokenizer::ThinkMode::kHigh;

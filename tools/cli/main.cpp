@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_option.h"
 #include "cli_app.h"
 #include "cli_options.h"
 #include "common/error.h"
@@ -24,6 +25,7 @@
 #include "input_files.h"
 #include "logprobs_dump.h"
 #include "model/model_summary.h"
+#include "model_load.h"
 #include "repl.h"
 #include "run_env.h"
 #include "runtime/generate.h"
@@ -102,7 +104,8 @@ struct Request {
     uint64_t ctx = 32768;  // as asked; run() clamps it (context_size.h)
 };
 
-// A model file's defects are bad input (exit 2), whichever part of the file reveals them.
+// A model file's defects are bad input (exit 2), whichever part of the file reveals them; a
+// backend that cannot start (no CUDA, no device) is a runtime failure (exit 1).
 template <typename F>
 auto from_model_file(const std::string &path, F &&open) {
     std::error_code ec;
@@ -110,6 +113,8 @@ auto from_model_file(const std::string &path, F &&open) {
         throw UsageError(fmt::format("model {} is a directory, not a GGUF file", path));
     try {
         return open();
+    } catch (const ds4::tools::BackendError &) {
+        throw;
     } catch (const ds4::Error &e) {
         throw UsageError(e.what());
     }
@@ -139,8 +144,9 @@ int run(Options opt, const Request &req) {
     }
 
     auto model = from_model_file(opt.model, [&] {
-        return ds4::runtime::Model::load(opt.model,
-                                         {.n_threads = opt.threads, .strict = opt.strict});
+        return ds4::tools::load_model(
+            "ds4", opt.model,
+            {.n_threads = opt.threads, .strict = opt.strict, .backend = opt.backend});
     });
     fmt::print(stderr, "{}", ds4::tools::startup_line("ds4", opt.model, *model));
     if (req.inspect) {
@@ -171,18 +177,19 @@ int run(Options opt, const Request &req) {
     {
         ds4::runtime::Session probe(*model, so);
         // The check above used the computed size; the allocation must be that size.
-        if (probe.kv_bytes() != ds4::runtime::Session::kv_bytes_for(hp, so))
+        const uint64_t computed = ds4::runtime::Session::kv_bytes_for(hp, so, model->backend());
+        if (probe.kv_bytes() != computed)
             throw ds4::Error(fmt::format("internal: KV cache of {} bytes, {} computed beforehand",
-                                         probe.kv_bytes(),
-                                         ds4::runtime::Session::kv_bytes_for(hp, so)));
+                                         probe.kv_bytes(), computed));
         uint64_t comp_rows = 0;
         for (uint32_t il = 0; il < hp.n_layer; ++il)
             if (hp.compress_ratio[il]) comp_rows += opt.ctx / hp.compress_ratio[il] + 1;
         fmt::print(stderr,
-                   "ds4: context buffers {:.2f} MiB, {} bytes (ctx={}, backend=cpu, "
+                   "ds4: context buffers {:.2f} MiB, {} bytes (ctx={}, backend={}, "
                    "prefill_chunk={}, raw_kv_rows={}, compressed_kv_rows={})\n",
-                   probe.kv_bytes() / 1048576.0, probe.kv_bytes(), opt.ctx, opt.chunk,
-                   hp.sliding_window, comp_rows);
+                   probe.kv_bytes() / 1048576.0, probe.kv_bytes(), opt.ctx,
+                   ds4::runtime::backend_name(model->backend()), opt.chunk, hp.sliding_window,
+                   comp_rows);
     }
     if (!req.has_prompt) return ds4::cli::run_repl(*model, tok, opt);
 
@@ -230,8 +237,7 @@ int ds4_main(int argc, char **argv) {
     Options opt;
     Request req;
     bool think = false, nothink = false, think_max = false, no_qat = false;
-    bool use_cpu = false, use_cuda = false;
-    std::string backend = "cpu";
+    ds4::tools::BackendFlags backend;
     uint64_t seed = 0;
     CLI::App app{"ds4: DeepSeek V4 Flash inference (ds4cpp). With no prompt: interactive chat.",
                  "ds4"};
@@ -273,10 +279,7 @@ int ds4_main(int argc, char **argv) {
     app.add_option("-t,--threads", opt.threads,
                    "CPU threads; 0 (the default) = DS4_THREADS when set, else all cores")
         ->check(integer_in(0, ds4::tools::kMaxThreads));
-    app.add_flag("--cpu", use_cpu, "CPU backend (the default)");
-    app.add_flag("--cuda", use_cuda, "CUDA backend (not part of this build yet: exits 2)");
-    app.add_option("--backend", backend, "Backend by name: cpu | cuda (cuda: not built yet)")
-        ->check(CLI::IsMember({"cpu", "cuda"}));
+    ds4::tools::add_backend_options(app, backend);
     app.add_option("--chunk", opt.chunk, "Prefill batch size in tokens")
         ->check(integer_in(1, 1 << 20))
         ->default_str("256");
@@ -306,9 +309,7 @@ int ds4_main(int argc, char **argv) {
         throw UsageError("specify only one prompt source");
     if (think + nothink + think_max > 1)
         throw UsageError("--think, --think-max and --nothink are exclusive");
-    if (use_cuda || backend == "cuda")
-        throw UsageError("the CUDA backend is not part of this build yet; use --cpu");
-    (void)use_cpu;
+    opt.backend = backend.backend();
     opt.think = nothink     ? ds4::tokenizer::ThinkMode::kNone
                 : think_max ? ds4::tokenizer::ThinkMode::kMax
                             : ds4::tokenizer::ThinkMode::kHigh;

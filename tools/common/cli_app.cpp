@@ -37,6 +37,10 @@ std::optional<T> parse_whole(const std::string &s, bool &too_large) {
 
 }  // namespace
 
+std::string quoted_arg(const std::string &s) {
+    return shown(s);
+}
+
 void configure_app(CLI::App &app, const std::string &tool) {
     app.set_version_flag("--version", version_string(), "Print the version and exit");
     app.footer(exit_code_footer());

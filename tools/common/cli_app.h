@@ -25,4 +25,8 @@ CLI::Validator integer_at_least(uint64_t lo);
 // A finite number in [lo, hi] (NaN and infinities refused).
 CLI::Validator number_in(double lo, double hi);
 
+// An argument as an error message shows it: quoted, at most 40 characters (then "..."), bytes
+// outside printable ASCII as '?', so that a huge or binary argument stays one short line.
+std::string quoted_arg(const std::string &s);
+
 }  // namespace ds4::tools

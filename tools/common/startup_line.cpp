@@ -9,6 +9,22 @@
 
 namespace ds4::tools {
 
+namespace {
+
+// "cpu", or "cuda (NVIDIA H200)": the backend, and the device the weights are on.
+std::string backend_text(runtime::Model &model) {
+    std::string text = runtime::backend_name(model.backend());
+    if (const runtime::DeviceWeights *dev = model.device()) {
+        std::string name = dev->device_name().substr(0, 60);
+        for (char &c : name)
+            if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+        text += fmt::format(" ({})", name);
+    }
+    return text;
+}
+
+}  // namespace
+
 std::string startup_line(const std::string &tool, const std::string &path, runtime::Model &model) {
     const auto &hp = model.hparams();
     // The name comes from the file: shortened and without control bytes, it stays one line.
@@ -21,12 +37,13 @@ std::string startup_line(const std::string &tool, const std::string &path, runti
                                       : fmt::format("{:.2f} MiB", size / (1024.0 * 1024));
     return fmt::format(
         "{}: model {}{} ({}), routed experts {}, {} layers, context length {}, {} threads, SIMD "
-        "{}, backend cpu\n",
+        "{}, backend {}\n",
         tool, std::filesystem::path(path).filename().string(),
         name.empty() ? "" : fmt::format(" \"{}\"", name), size_text,
         ds4::model::routed_quant_mix(hp, model.weights()), hp.n_layer,
         hp.context_length ? std::to_string(hp.context_length) : std::string("unknown"),
-        model.pool().n_threads(), quant::simd_level_name(quant::detected_simd_level()));
+        model.pool().n_threads(), quant::simd_level_name(quant::detected_simd_level()),
+        backend_text(model));
 }
 
 }  // namespace ds4::tools

@@ -1,6 +1,7 @@
 #include "transformers_parity.h"
 
 #include <fmt/format.h>
+#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +10,6 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
-#include <openssl/evp.h>
 
 #include "common/error.h"
 #include "runtime/sampler.h"
@@ -145,7 +145,7 @@ std::string file_sha256(const std::string &path) {
 ParityResult check_transformers_fixture(const std::string &fixture_dir, const std::string &gguf,
                                         int n_threads, const ParityOptions &opts) {
     const auto index = read_json(fixture_dir + "/index.json");
-    auto model = runtime::Model::load(gguf, {.n_threads = n_threads});
+    auto model = runtime::Model::load(gguf, {.n_threads = n_threads, .backend = opts.backend});
     ParityResult r;
     try {
         const uint32_t V = index.at("vocab_size").get<uint32_t>();

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/device_weights.h"
+
 namespace ds4::tools {
 
 inline constexpr double kTransformersParityBound = 1e-4;
@@ -30,6 +32,7 @@ struct ParityOptions {
     // token, when chunk > 1, and without the chunked-prefill check (their prefill / decode
     // equality is tests/model/test_long_context.cpp's). Every other prompt: token by token.
     uint32_t chunk = 1;
+    runtime::Backend backend = runtime::Backend::Cpu;  // where the GGUF runs
 };
 
 struct ParityResult {

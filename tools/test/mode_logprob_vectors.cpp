@@ -215,7 +215,7 @@ void run_logprob_vectors(TestEnv &env, Report &rep) {
     std::unique_ptr<runtime::Model> model;
     std::optional<tokenizer::Tokenizer> tok;
     try {
-        model = runtime::Model::load(model_path, {.n_threads = env.opts().threads});
+        model = env.load_model(model_path, env.opts().backend);
         tok.emplace(tokenizer::load_vocabulary(model->file()));
     } catch (const Error &e) {
         rep.fail(kMode, fmt::format("cannot load the model: {}", e.what()));

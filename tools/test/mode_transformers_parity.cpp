@@ -51,8 +51,9 @@ void run_transformers_parity(TestEnv &env, Report &rep) {
         try {
             // Long prompts (a subset of positions stored) in batches of 256 up to each stored
             // position; the others token by token.
-            const auto r = tools::check_transformers_fixture((dir / name).string(), gguf.string(),
-                                                             env.opts().threads, {.chunk = 256});
+            const auto r = tools::check_transformers_fixture(
+                (dir / name).string(), gguf.string(), env.opts().threads,
+                {.chunk = 256, .backend = env.opts().backend});
             std::string what = fmt::format(
                 "{}: {} logit rows, max |diff| {:.3g} / max |logit| {:.3g} = {:.3g} (bound {:g}); "
                 "{} greedy steps",

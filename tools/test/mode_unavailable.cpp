@@ -9,11 +9,6 @@ void run_ssd_streaming_cache_pressure(TestEnv &, Report &rep) {
              "SSD expert streaming is not implemented in this build (only resident experts)");
 }
 
-void run_backend_parity(TestEnv &, Report &rep) {
-    rep.skip("backend-parity",
-             "the CUDA backend is not built: there is no second backend to compare the CPU with");
-}
-
 void run_server(TestEnv &, Report &rep) {
     rep.skip("server", "ds4-server is not implemented in this build");
 }

@@ -21,7 +21,11 @@ const std::vector<Mode> &all_modes() {
         {"ssd-streaming-cache-pressure",
          "expert streaming at the smallest cache budgets vs resident (not built yet: skipped)",
          run_ssd_streaming_cache_pressure},
-        {"backend-parity", "CPU vs CUDA logits (not built yet: skipped)", run_backend_parity},
+        {"backend-parity",
+         "CPU vs CUDA on one prompt (-p / --prompt-file, else its own) and -n greedy steps "
+         "(default 64): top-1 equal at every step, max |cpu - cuda| / max |cpu| within "
+         "--parity-bound; without CUDA or a device: fails when named, skipped under --all",
+         run_backend_parity},
         {"server", "in-process server API checks (not built yet: skipped)", run_server},
     };
     return modes;

@@ -4,6 +4,7 @@
 
 #include "gguf/gguf_file.h"
 #include "model/synthetic_model.h"
+#include "model_load.h"
 
 namespace ds4::test {
 
@@ -12,8 +13,8 @@ const tokenizer::Tokenizer &TestEnv::vocab() {
     return *vocab_;
 }
 
-runtime::Model &TestEnv::consistency_model() {
-    if (model_) return *model_;
+const std::string &TestEnv::consistency_model_path() {
+    if (!path_.empty()) return path_;
     std::string path = opts_.consistency_model;
     if (path.empty()) {
         // Seed and mix are fixed: the checks compare the engine with itself, so any valid
@@ -29,13 +30,26 @@ runtime::Model &TestEnv::consistency_model() {
     } else {
         description_ = path;
     }
-    model_ = runtime::Model::load(path, {.n_threads = opts_.threads});
+    path_ = path;
+    return path_;
+}
+
+std::unique_ptr<runtime::Model> TestEnv::load_model(const std::string &path,
+                                                    runtime::Backend backend) {
+    return tools::load_model("ds4-test", path, {.n_threads = opts_.threads, .backend = backend});
+}
+
+runtime::Model &TestEnv::consistency_model() {
+    if (model_) return *model_;
+    model_ = load_model(consistency_model_path(), opts_.backend);
     const auto &hp = model_->hparams();
     std::string ratios;
     for (uint32_t r : hp.compress_ratio)
         ratios += fmt::format("{}{}", ratios.empty() ? "" : ",", r);
     description_ += fmt::format(": {} layers, window {}, compress ratios [{}], indexer top-k {}",
                                 hp.n_layer, hp.sliding_window, ratios, hp.idx_top_k);
+    if (model_->device())
+        description_ += fmt::format(", backend cuda ({})", model_->device()->device_name());
     return *model_;
 }
 

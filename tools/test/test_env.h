@@ -5,6 +5,7 @@
 // use, so every mode that needs no GPU and no downloaded weights runs anywhere, CI included.
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,15 @@ struct TestOptions {
     std::string fixtures_dir;           // tests/model/fixtures
     std::string fixtures_gguf_dir;  // make_tiny_models.py --gguf-dir output ("" = committed only)
     int threads = 0;                // 0 = all cores
+    // The backend the modes' models run on (--backend); --backend-parity runs both.
+    runtime::Backend backend = runtime::Backend::Cpu;
+    // The modes named on the command line (not those run by --all or by default): a mode whose
+    // capability is missing here fails when named, and is skipped otherwise.
+    std::set<std::string> named_modes;
+    // --backend-parity: the prompt (none: its own), the greedy steps and the logits' bound.
+    std::optional<std::string> prompt;
+    uint32_t parity_steps = 64;
+    double parity_bound = 1e-3;
 };
 
 class TestEnv {
@@ -33,8 +43,14 @@ class TestEnv {
     const TestOptions &opts() const { return opts_; }
     // The tokenizer of opts().vocab, loaded once; throws ds4::Error when it cannot be read.
     const tokenizer::Tokenizer &vocab();
-    // The model of the self-consistency modes, loaded (and for the default, written) once.
+    // The model of the self-consistency modes on opts().backend, loaded (and for the default,
+    // written) once.
     runtime::Model &consistency_model();
+    // That model's file (for the default, written on first use).
+    const std::string &consistency_model_path();
+    // A model loaded for the modes (tools::load_model: the upload shown on stderr, a backend that
+    // cannot start thrown as tools::BackendError).
+    std::unique_ptr<runtime::Model> load_model(const std::string &path, runtime::Backend backend);
     // One line saying which model that is.
     const std::string &consistency_model_description() const { return description_; }
 
@@ -42,6 +58,7 @@ class TestEnv {
     TestOptions opts_;
     std::optional<tokenizer::Tokenizer> vocab_;
     std::unique_ptr<tools::TempDir> tmp_;
+    std::string path_;
     std::unique_ptr<runtime::Model> model_;
     std::string description_;
 };

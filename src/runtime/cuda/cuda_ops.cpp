@@ -143,9 +143,10 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     zero_id_ = device_array<int32_t>(1);
     DS4_CUDA_CHECK(cudaMemset(zero_id_.get(), 0, sizeof(int32_t)));
 
-    // One token's scratch. Activations: the longest row, or every selected expert's down input.
+    // One token's scratch. Activations: the longest row, every selected expert's down input,
+    // or the grouped output's whole input (linear_groups quantizes its groups' slices at once).
     const size_t K = hp.n_expert_used, F = hp.n_ff_exp;
-    const size_t act = std::max<size_t>(size_t(m_.max_k()), K * F);
+    const size_t act = std::max({size_t(m_.max_k()), K * F, size_t(hp.n_head) * hp.head_dim});
     xq_ = device_array<int8_t>(act);
     xd_ = device_array<float>(act / 32 + 1);
     q8k_q_ = device_array<int8_t>(act);
@@ -218,12 +219,18 @@ const int64_t *CudaOps::position(int64_t t, uint32_t ratio) const {
 }
 
 cuda::Q8_KActivation CudaOps::quantize_q8_k(const float *x, int64_t n) {
+    if (size_t(n) > q8k_q_.bytes())
+        throw Error(fmt::format("CUDA backend: {} activations exceed the scratch of {}", n,
+                                q8k_q_.bytes()));
     const cuda::Q8_KActivation a{q8k_q_.as<int8_t>(), q8k_d_.as<float>(), q8k_bsums_.as<int16_t>()};
     cuda::quantize_q8_K_activation(x, n, a, s_);
     return a;
 }
 
 void CudaOps::quantize_q8_0(const float *x, int64_t n) {
+    if (size_t(n) > xq_.bytes())
+        throw Error(
+            fmt::format("CUDA backend: {} activations exceed the scratch of {}", n, xq_.bytes()));
     cuda::quantize_q8_0_activation(x, n, xq_.as<int8_t>(), xd_.as<float>(), s_);
 }
 
