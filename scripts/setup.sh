@@ -41,7 +41,9 @@ pip_install "${pip_packages[@]}"
 # llama.cpp, the second engine of tests/llamacpp and the ggml quantizer of
 # tests/quant/test_iq2_xxs_vs_ggml.py, through llama-cpp-python 0.3.36 (the release whose bundled
 # llama.cpp has the deepseek4 architecture), built from source for this CPU: CPU backend only, no
-# BLAS / GPU / server / examples / tools / multimodal library, no ccache, in parallel: 750 s of
+# BLAS / GPU / server / examples / tools / multimodal library, no AMX (on CPUs that have it, its
+# buffers take DeepSeek V4's matrices and llama.cpp's scheduler then aborts with
+# GGML_ASSERT(*cur_backend_id != -1)), no ccache, in parallel: 750 s of
 # CPU, about 7 minutes on 2 idle cores. Skipped when that version is installed and its library
 # loads.
 LLAMA_CPP_PYTHON=0.3.36
@@ -53,7 +55,8 @@ else
   CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF \
 -DGGML_OPENCL=OFF -DGGML_RPC=OFF -DGGML_CCACHE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF \
 -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
--DLLAMA_OPENSSL=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+-DLLAMA_OPENSSL=OFF -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
+-DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
     pip_install --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON"
   echo "setup: llama-cpp-python built in $(( $(date +%s) - t0 ))s"
 fi
