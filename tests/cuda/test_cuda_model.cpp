@@ -18,12 +18,14 @@
 // The trained tiny model (models/promessi-mini-q8_0.gguf, QAT on, its default), whose margins are
 // a trained model's: the same greedy tokens for 64 steps and the same top-1 at every prompt
 // position.
-// On the device alone: run to run and chunked prefill against token by token, bit for bit (no
-// float atomics; the same kernels per token); a snapshot restored gives the same logits.
+// On the device alone: run to run, chunked prefill against token by token, and decode steps as
+// CUDA graphs against eager launches, bit for bit (no float atomics; the same kernels per
+// token); a snapshot restored gives the same logits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -180,6 +182,19 @@ TEST(CudaModel, RunToRunChunkedAndSnapshotsAreBitExact) {
     ASSERT_EQ(la, lb) << "chunked prefill against token by token";
     Session c(*gpu, {.ctx = 256, .chunk = 40});
     ASSERT_EQ(c.eval(p), la) << "run to run";
+
+    // Decode steps run as CUDA graphs; eagerly (DS4_CUDA_GRAPHS=0) they give the same bits.
+    setenv("DS4_CUDA_GRAPHS", "0", 1);
+    Session eager(*gpu, {.ctx = 256, .chunk = 40});
+    unsetenv("DS4_CUDA_GRAPHS");
+    Session graphs(*gpu, {.ctx = 256, .chunk = 40});
+    std::vector<float> le = eager.eval(p), lg = graphs.eval(p);
+    for (int step = 0; step < 24; ++step) {  // across windows that complete and the indexer's start
+        const std::vector<int32_t> next{runtime::argmax(le)};
+        le = eager.eval(next);
+        lg = graphs.eval(next);
+        ASSERT_EQ(le, lg) << "graph against eager, step " << step;
+    }
 
     const Session::Snapshot snap = a.save();
     const std::vector<float> next = a.eval(std::vector<int32_t>{3});

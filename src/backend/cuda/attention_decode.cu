@@ -13,7 +13,9 @@ constexpr int kHeadsPerBlock = 8, kRowsPerBlock = 8, kThreads = 256;
 // takes dims l, l + 32, ...; the warp's double partial sums are added by a fixed butterfly.
 __global__ void __launch_bounds__(kThreads)
     scores_kernel(const float *__restrict__ q, const float *__restrict__ rows, int64_t n_rows,
-                  int64_t n_heads, int64_t d, float *__restrict__ scores) {
+                  int64_t n_heads, int64_t d, float *__restrict__ scores,
+                  const int64_t *__restrict__ n_rows_dev) {
+    if (n_rows_dev) n_rows = *n_rows_dev;
     extern __shared__ float tile[];  // [8 heads][d], then [8 rows][d]
     float *sq = tile, *sr = tile + kHeadsPerBlock * d;
     const int64_t h0 = int64_t(blockIdx.y) * kHeadsPerBlock,
@@ -45,7 +47,9 @@ __device__ __forceinline__ float exp_f(float x) {
 // value is read once for the 8 heads. Sums run over rows in order, as on the CPU.
 __global__ void mix_kernel(float *__restrict__ scores, const float *__restrict__ rows,
                            int64_t n_rows, const float *__restrict__ sinks, float scale,
-                           int64_t n_heads, int64_t d, float *__restrict__ o) {
+                           int64_t n_heads, int64_t d, float *__restrict__ o,
+                           const int64_t *__restrict__ n_rows_dev) {
+    if (n_rows_dev) n_rows = *n_rows_dev;
     __shared__ float s_max[kHeadsPerBlock], s_den[kHeadsPerBlock];
     const int64_t h0 = int64_t(blockIdx.x) * kHeadsPerBlock;
     const int nh = int(min(int64_t(kHeadsPerBlock), n_heads - h0));
@@ -96,24 +100,26 @@ __global__ void mix_kernel(float *__restrict__ scores, const float *__restrict__
 }  // namespace
 
 void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
-                      float *scores, cudaStream_t stream) {
+                      float *scores, cudaStream_t stream, const int64_t *n_rows_dev) {
     if (d % 32 != 0 || d > 512)
         throw ds4::Error("attention_scores: head size must be a multiple of 32, at most 512");
     if (n_rows == 0 || n_heads == 0) return;
     const dim3 grid(unsigned((n_rows + kRowsPerBlock - 1) / kRowsPerBlock),
                     unsigned((n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
     const size_t smem = size_t(kHeadsPerBlock + kRowsPerBlock) * size_t(d) * sizeof(float);
-    scores_kernel<<<grid, kThreads, smem, stream>>>(q, rows, n_rows, n_heads, d, scores);
+    scores_kernel<<<grid, kThreads, smem, stream>>>(q, rows, n_rows, n_heads, d, scores,
+                                                    n_rows_dev);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 void attention_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks,
-                   float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream) {
+                   float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream,
+                   const int64_t *n_rows_dev) {
     if (d > 1024 || d < 1) throw ds4::Error("attention_mix: head size must be 1 to 1024");
     if (n_heads == 0) return;
     const int threads = int(std::max<int64_t>(d, kHeadsPerBlock) + 31) / 32 * 32;
     mix_kernel<<<unsigned((n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock), unsigned(threads), 0,
-                 stream>>>(scores, rows, n_rows, sinks, scale, n_heads, d, o);
+                 stream>>>(scores, rows, n_rows, sinks, scale, n_heads, d, o, n_rows_dev);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -17,12 +17,15 @@ namespace ds4::cuda {
 
 // q: [n_heads][d]; rows: [n_rows][d]; scores: [n_heads][n_rows] (all device). d a multiple of
 // 32, at most 512.
+// n_rows_dev (device, optional): the row count read on the device, at most n_rows (which then
+// only sizes the grid), for a step captured once and replayed at every position.
 void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
-                      float *scores, cudaStream_t stream);
+                      float *scores, cudaStream_t stream, const int64_t *n_rows_dev = nullptr);
 
 // scores as attention_scores wrote them (overwritten: scaled, then by exp(s - max));
 // sinks: [n_heads]; o: [n_heads][d]. d at most 1024.
 void attention_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks,
-                   float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream);
+                   float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream,
+                   const int64_t *n_rows_dev = nullptr);
 
 }  // namespace ds4::cuda

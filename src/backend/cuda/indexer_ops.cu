@@ -19,7 +19,8 @@ constexpr size_t kMaxScoreSmem = 48 * 1024;
 __global__ void __launch_bounds__(kScoreThreads)
     indexer_scores_kernel(const float *__restrict__ q, const float *__restrict__ w, float wscale,
                           const float *__restrict__ rows, int64_t n_rows, int n_heads, int head_dim,
-                          float *__restrict__ score) {
+                          float *__restrict__ score, const int64_t *__restrict__ n_rows_dev) {
+    if (n_rows_dev) n_rows = *n_rows_dev;
     extern __shared__ float smem[];
     const int H = n_heads, I = head_dim, q_stride = I + 1, p_stride = H + 1;
     float *sq = smem;                      // [H][I + 1]
@@ -96,8 +97,12 @@ __device__ uint32_t block_exclusive_sum(uint32_t v, uint32_t *warp_sums) {
 // index, as on the CPU) are scanned over the block in index order, thread t owning the t-th
 // contiguous segment, and each selected index goes to its position.
 __global__ void __launch_bounds__(kTopKThreads)
-    top_k_kernel(const float *__restrict__ score, uint32_t n, uint32_t k,
-                 int32_t *__restrict__ out) {
+    top_k_kernel(const float *__restrict__ score, uint32_t n, uint32_t k, int32_t *__restrict__ out,
+                 const int64_t *__restrict__ n_dev) {
+    if (n_dev) {  // the count read on the device: nothing to select while it is at most k
+        if (*n_dev <= int64_t(k)) return;
+        n = uint32_t(*n_dev);
+    }
     __shared__ uint32_t hist[256];
     __shared__ uint32_t warp_sums[kTopKWarps];
     __shared__ uint32_t s_prefix, s_remaining;
@@ -147,7 +152,8 @@ __global__ void __launch_bounds__(kTopKThreads)
 }  // namespace
 
 void indexer_scores(const float *q, const float *w, float wscale, const float *rows, int64_t n_rows,
-                    int n_heads, int head_dim, float *score, cudaStream_t stream) {
+                    int n_heads, int head_dim, float *score, cudaStream_t stream,
+                    const int64_t *n_rows_dev) {
     if (n_rows <= 0) return;
     if (n_heads <= 0 || n_heads > kScoreThreads || head_dim <= 0)
         throw ds4::Error("indexer_scores: needs 1 to 256 heads of at least one value");
@@ -158,8 +164,8 @@ void indexer_scores(const float *q, const float *w, float wscale, const float *r
         throw ds4::Error("indexer_scores: n_heads x head_dim does not fit 48 KiB of shared memory");
     const int64_t n_tiles = (n_rows + kTileRows - 1) / kTileRows;
     const unsigned grid = unsigned(std::min(n_tiles, kScoreBlocks));
-    indexer_scores_kernel<<<grid, kScoreThreads, smem, stream>>>(q, w, wscale, rows, n_rows,
-                                                                 n_heads, head_dim, score);
+    indexer_scores_kernel<<<grid, kScoreThreads, smem, stream>>>(
+        q, w, wscale, rows, n_rows, n_heads, head_dim, score, n_rows_dev);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -168,11 +174,11 @@ size_t top_k_scratch_bytes(int64_t) {
 }
 
 void top_k_ascending(const float *score, int64_t n, int64_t k, int32_t *out, void *,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, const int64_t *n_dev) {
     if (k < 0 || k > n || n >= (int64_t(1) << 31))
         throw ds4::Error("top_k_ascending: needs 0 <= k <= n < 2^31");
     if (k == 0) return;
-    top_k_kernel<<<1, kTopKThreads, 0, stream>>>(score, uint32_t(n), uint32_t(k), out);
+    top_k_kernel<<<1, kTopKThreads, 0, stream>>>(score, uint32_t(n), uint32_t(k), out, n_dev);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

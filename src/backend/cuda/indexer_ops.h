@@ -30,8 +30,11 @@ namespace ds4::cuda {
 
 // q: [n_heads][head_dim]; w: [n_heads] (unchanged); rows: [n_rows][head_dim] back to back;
 // score: [n_rows] (all device). n_heads at most 256.
+// n_rows_dev (device, optional): the row count read on the device, at most n_rows (which then
+// sizes the grid), for a step captured once and replayed at every position.
 void indexer_scores(const float *q, const float *w, float wscale, const float *rows, int64_t n_rows,
-                    int n_heads, int head_dim, float *score, cudaStream_t stream);
+                    int n_heads, int head_dim, float *score, cudaStream_t stream,
+                    const int64_t *n_rows_dev = nullptr);
 
 // Scratch that top_k_ascending needs for n scores (0 for the present single-block method;
 // callers allocate what this says, so a later multi-block method can use it).
@@ -39,7 +42,9 @@ size_t top_k_scratch_bytes(int64_t n);
 
 // score: n values; out: k indices (0 <= k <= n < 2^31; all device; k = 0 writes nothing). The
 // runtime takes every row when there are at most k, so n < k is not a case.
+// n_dev (device, optional): the count read on the device, at most n; while it is at most k
+// nothing is written (the caller then takes every row).
 void top_k_ascending(const float *score, int64_t n, int64_t k, int32_t *out, void *scratch,
-                     cudaStream_t stream);
+                     cudaStream_t stream, const int64_t *n_dev = nullptr);
 
 }  // namespace ds4::cuda

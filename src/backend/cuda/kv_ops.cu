@@ -52,8 +52,12 @@ __device__ __forceinline__ float exp_f(float x) {
 }
 
 __global__ void store_row_kernel(const float *__restrict__ row, int64_t d, bool f16_round,
-                                 float *__restrict__ dst) {
+                                 float *__restrict__ dst, const int64_t *__restrict__ index) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (index) {  // the row's index, read on the device; negative: nothing to store
+        if (*index < 0) return;
+        dst += *index * d;
+    }
     if (i >= d) return;
     dst[i] = f16_round ? f16_bits_to_f32(f32_to_f16_bits(row[i])) : row[i];
 }
@@ -62,8 +66,14 @@ __global__ void store_row_kernel(const float *__restrict__ row, int64_t d, bool 
 __global__ void gather_rows_kernel(const float *__restrict__ ring, int64_t window, int64_t first,
                                    int64_t n_raw, const float *__restrict__ comp,
                                    const int32_t *__restrict__ selected, int64_t d,
-                                   float *__restrict__ out) {
+                                   float *__restrict__ out, const int64_t *__restrict__ words) {
     const int64_t i = blockIdx.x;
+    if (words) {  // first, n_raw, n_sel, use_selected, read on the device
+        first = words[0];
+        n_raw = words[1];
+        if (i >= n_raw + words[2]) return;
+        if (words[3] == 0) selected = nullptr;
+    }
     const float *src = i < n_raw ? ring + ((first + i) % window) * d
                                  : comp + (selected ? int64_t(selected[i - n_raw]) : i - n_raw) * d;
     float *dst = out + i * d;
@@ -74,8 +84,13 @@ __global__ void compressor_push_kernel(const float *__restrict__ kv_in,
                                        const float *__restrict__ sc_in,
                                        const float *__restrict__ ape_row, int64_t width,
                                        int64_t slot, float *__restrict__ state_kv,
-                                       float *__restrict__ state_score) {
+                                       float *__restrict__ state_score,
+                                       const int64_t *__restrict__ phase) {
     const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (phase) {  // the token's phase in its window, read on the device; slot is then the base
+        slot += *phase;
+        ape_row += *phase * width;
+    }
     if (j >= width) return;
     state_kv[slot * width + j] = kv_in[j];
     state_score[slot * width + j] = __fadd_rn(sc_in[j], ape_row[j]);
@@ -107,7 +122,8 @@ __global__ void compressor_pool_kernel(const float *__restrict__ kv,
 
 // rows r..2r-1 -> rows 0..r-1 of both arrays (disjoint ranges).
 __global__ void compressor_shift_kernel(float *__restrict__ kv, float *__restrict__ score,
-                                        int64_t n) {
+                                        int64_t n, const int64_t *__restrict__ when) {
+    if (when && *when < 0) return;  // the window did not complete
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     kv[i] = kv[n + i];
@@ -119,7 +135,7 @@ __global__ void compressor_shift_kernel(float *__restrict__ kv, float *__restric
 void store_row(const float *row, int64_t d, bool f16_round, float *dst, cudaStream_t stream) {
     if (d < 0) throw ds4::Error("store_row: negative row size");
     if (d == 0) return;
-    store_row_kernel<<<blocks_for(d), kThreads, 0, stream>>>(row, d, f16_round, dst);
+    store_row_kernel<<<blocks_for(d), kThreads, 0, stream>>>(row, d, f16_round, dst, nullptr);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -132,7 +148,7 @@ void gather_rows(const float *ring, int64_t window, int64_t first, int64_t n_raw
     if (n_rows == 0) return;
     if (n_rows > 0x7fffffff) throw ds4::Error("gather_rows: too many rows");
     gather_rows_kernel<<<unsigned(n_rows), 128, 0, stream>>>(ring, window, first, n_raw, comp,
-                                                             selected, d, out);
+                                                             selected, d, out, nullptr);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -140,8 +156,8 @@ void compressor_push(const float *kv_in, const float *sc_in, const float *ape_ro
                      int64_t slot, float *state_kv, float *state_score, cudaStream_t stream) {
     if (width < 0 || slot < 0) throw ds4::Error("compressor_push: bad width or slot");
     if (width == 0) return;
-    compressor_push_kernel<<<blocks_for(width), kThreads, 0, stream>>>(kv_in, sc_in, ape_row, width,
-                                                                       slot, state_kv, state_score);
+    compressor_push_kernel<<<blocks_for(width), kThreads, 0, stream>>>(
+        kv_in, sc_in, ape_row, width, slot, state_kv, state_score, nullptr);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -162,7 +178,42 @@ void compressor_shift(float *state_kv, float *state_score, int ratio, int64_t wi
     if (ratio < 1 || width < 0) throw ds4::Error("compressor_shift: bad ratio or width");
     const int64_t n = int64_t(ratio) * width;
     if (n == 0) return;
-    compressor_shift_kernel<<<blocks_for(n), kThreads, 0, stream>>>(state_kv, state_score, n);
+    compressor_shift_kernel<<<blocks_for(n), kThreads, 0, stream>>>(state_kv, state_score, n,
+                                                                    nullptr);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void store_row_at(const float *row, int64_t d, bool f16_round, float *base, const int64_t *index,
+                  cudaStream_t stream) {
+    if (d <= 0) throw ds4::Error("store_row_at: bad row size");
+    store_row_kernel<<<blocks_for(d), kThreads, 0, stream>>>(row, d, f16_round, base, index);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void gather_rows_step(const float *ring, int64_t window, const float *comp, const int32_t *selected,
+                      const int64_t *words, int64_t max_rows, int64_t d, float *out,
+                      cudaStream_t stream) {
+    if (d <= 0 || window <= 0 || max_rows <= 0 || max_rows > 0x7fffffff)
+        throw ds4::Error("gather_rows_step: bad window or row geometry");
+    gather_rows_kernel<<<unsigned(max_rows), 128, 0, stream>>>(ring, window, 0, 0, comp, selected,
+                                                               d, out, words);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void compressor_push_step(const float *kv_in, const float *sc_in, const float *ape, int64_t width,
+                          const int64_t *phase, int64_t slot_base, float *state_kv,
+                          float *state_score, cudaStream_t stream) {
+    if (width <= 0 || slot_base < 0) throw ds4::Error("compressor_push_step: bad width or slot");
+    compressor_push_kernel<<<blocks_for(width), kThreads, 0, stream>>>(
+        kv_in, sc_in, ape, width, slot_base, state_kv, state_score, phase);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void compressor_shift_if(float *state_kv, float *state_score, int ratio, int64_t width,
+                         const int64_t *when, cudaStream_t stream) {
+    if (ratio < 1 || width <= 0) throw ds4::Error("compressor_shift_if: bad ratio or width");
+    const int64_t n = int64_t(ratio) * width;
+    compressor_shift_kernel<<<blocks_for(n), kThreads, 0, stream>>>(state_kv, state_score, n, when);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

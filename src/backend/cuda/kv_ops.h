@@ -46,4 +46,25 @@ void compressor_pool(const float *state_kv, const float *state_score, int ratio,
 void compressor_shift(float *state_kv, float *state_score, int ratio, int64_t width,
                       cudaStream_t stream);
 
+// The same kernels with their position-dependent parameters read from device words, so that a
+// decode step captured once as a CUDA graph replays at every position (the host writes the
+// words before each replay):
+//   store_row_at          dst = base + *index * d; nothing when *index < 0;
+//   gather_rows_step      words = {first, n_raw, n_sel, use_selected}: gather_rows(ring, window,
+//                         first, n_raw, comp, use_selected ? selected : nullptr, n_sel); grid for
+//                         max_rows >= n_raw + n_sel;
+//   compressor_push_step  slot = slot_base + *phase, ape row = ape + *phase * width;
+//   compressor_shift_if   compressor_shift when *when >= 0 (the index of the row the window
+//                         completed), else nothing.
+void store_row_at(const float *row, int64_t d, bool f16_round, float *base, const int64_t *index,
+                  cudaStream_t stream);
+void gather_rows_step(const float *ring, int64_t window, const float *comp, const int32_t *selected,
+                      const int64_t *words, int64_t max_rows, int64_t d, float *out,
+                      cudaStream_t stream);
+void compressor_push_step(const float *kv_in, const float *sc_in, const float *ape, int64_t width,
+                          const int64_t *phase, int64_t slot_base, float *state_kv,
+                          float *state_score, cudaStream_t stream);
+void compressor_shift_if(float *state_kv, float *state_score, int ratio, int64_t width,
+                         const int64_t *when, cudaStream_t stream);
+
 }  // namespace ds4::cuda

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cpu/rope.h"
 #include "backend/cuda/attention_decode.h"
@@ -107,7 +109,7 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
         L.raw = device_array<float>(size_t(hp.sliding_window) * D);
         const uint32_t r = hp.compress_ratio[il];
         if (r == 0) continue;
-        if (!ratio_row_.count(r)) ratio_row_.emplace(r, ratio_row_.size() + 1);
+        if (!ratio_row_.count(r)) ratio_row_.emplace(r, ratio_row_.size());
         const uint32_t coff = hp.compressor_coff(il), cap = ctx / r + 1;
         const bool indexed = hp.attention_kind(il) == model::AttentionKind::Overlapped;
         L.comp = device_array<float>(size_t(cap) * D);
@@ -127,7 +129,11 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
                 4 * align_up(hp.n_embd) + kAlign;
     arena_ = device_array<float>(capacity_);
     tokens_ = device_array<int32_t>(max_batch);
-    positions_ = device_array<int64_t>((ratio_row_.size() + 1) * max_batch);
+    positions_ = device_array<int64_t>(step_words() * max_batch);
+    DS4_CUDA_CHECK(cudaMallocHost(&tokens_host_, max_batch * sizeof(int32_t)));
+    DS4_CUDA_CHECK(cudaMallocHost(&positions_host_, positions_.bytes()));
+    if (const char *g = std::getenv("DS4_CUDA_GRAPHS"); g && std::string(g) == "0")
+        use_graphs_ = false;
 
     const backend::cpu::RopeFreqs plain =
         backend::cpu::RopeFreqs::plain(hp.n_rot, hp.rope_freq_base);
@@ -172,27 +178,66 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
 }
 
 CudaOps::~CudaOps() {
+    graph_.abort(s_);
+    if (tokens_host_) cudaFreeHost(tokens_host_);
+    if (positions_host_) cudaFreeHost(positions_host_);
     if (s_) cudaStreamDestroy(s_);
 }
 
 void CudaOps::begin_batch(std::span<const int32_t> tokens) {
+    graph_.abort(s_);  // a capture an exception left open
     if (tokens.size() > max_batch_)
         throw Error(fmt::format("CUDA backend: a batch of {} tokens exceeds the session's {}",
                                 tokens.size(), max_batch_));
     batch_ = static_cast<int64_t>(tokens.size());
     top_ = 0;
-    std::vector<int64_t> pos((ratio_row_.size() + 1) * max_batch_);
+    // The staging is free: the previous batch ended in read(), which waits for the stream.
+    std::copy(tokens.begin(), tokens.end(), tokens_host_);
+    const int64_t W = hp_.sliding_window, top_k = hp_.idx_top_k;
     for (int64_t t = 0; t < batch_; ++t) {
-        pos[size_t(t)] = n_past_ + t;
-        for (const auto &[r, row] : ratio_row_)
-            pos[row * max_batch_ + size_t(t)] = n_past_ + t + 1 - r;
+        const int64_t p = n_past_ + t, first = std::max<int64_t>(0, p - W + 1),
+                      n_raw = p - first + 1;
+        int64_t *w = positions_host_ + t * step_words();
+        w[kPos] = p;
+        w[kRingSlot] = p % W;
+        const int64_t plain[4] = {first, n_raw, 0, 0};
+        std::copy(plain, plain + 4, w + kPlainGather);
+        w[kPlainRows] = n_raw;
+        for (const auto &[r, row] : ratio_row_) {
+            int64_t *rw = w + kRatioBase + row * kRatioWords;
+            const int64_t count = (p + 1) / r, n_sel = std::min(count, top_k);
+            rw[kCompPos] = p + 1 - r;
+            rw[kPhase] = p % r;
+            rw[kStoreIndex] = (p + 1) % r == 0 ? count - 1 : -1;
+            rw[kCount] = count;
+            const int64_t all[4] = {first, n_raw, count, 0};
+            const int64_t indexed[4] = {first, n_raw, n_sel, count > top_k ? 1 : 0};
+            std::copy(all, all + 4, rw + kGatherAll);
+            std::copy(indexed, indexed + 4, rw + kGatherIndexed);
+            rw[kRowsAll] = n_raw + count;
+            rw[kRowsIndexed] = n_raw + n_sel;
+        }
     }
-    DS4_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens.data(), tokens.size() * sizeof(int32_t),
+    step_hash_ = 0xcbf29ce484222325ull;
+    replay_ = batch_ == 1 && use_graphs_ && graph_.ready();
+    if (replay_) return;  // the captured copies below run with the graph
+    if (batch_ == 1 && use_graphs_) graph_.begin_capture(s_);
+    DS4_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens_host_, tokens.size() * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, s_));
-    DS4_CUDA_CHECK(cudaMemcpyAsync(positions_.get(), pos.data(), pos.size() * sizeof(int64_t),
+    DS4_CUDA_CHECK(cudaMemcpyAsync(positions_.get(), positions_host_,
+                                   size_t(batch_) * step_words() * sizeof(int64_t),
                                    cudaMemcpyHostToDevice, s_));
-    // The host vector goes out of scope: wait for the copies (a few hundred bytes).
-    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+}
+
+bool CudaOps::replaying(uint64_t op, std::initializer_list<uint64_t> args) {
+    // FNV-1a over the operation and its arguments (layer ids, sizes, buffer addresses).
+    auto mix = [&](uint64_t v) {
+        for (int i = 0; i < 8; ++i)
+            step_hash_ = (step_hash_ ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+    };
+    mix(op);
+    for (uint64_t a : args) mix(a);
+    return replay_;
 }
 
 float *CudaOps::buffer(size_t n) {
@@ -213,9 +258,12 @@ const double *CudaOps::freqs(uint32_t il) const {
     return hp_.compress_ratio[il] == 0 ? freqs_plain_.as<double>() : freqs_yarn_.as<double>();
 }
 
-const int64_t *CudaOps::position(int64_t t, uint32_t ratio) const {
-    const size_t row = ratio == 0 ? 0 : ratio_row_.at(ratio);
-    return positions_.as<int64_t>() + row * max_batch_ + size_t(t);
+const int64_t *CudaOps::word(int64_t t, size_t offset) const {
+    return positions_.as<int64_t>() + size_t(t) * step_words() + offset;
+}
+
+const int64_t *CudaOps::ratio_word(int64_t t, uint32_t ratio, size_t offset) const {
+    return word(t, kRatioBase + ratio_row_.at(ratio) * kRatioWords + offset);
 }
 
 cuda::Q8_KActivation CudaOps::quantize_q8_k(const float *x, int64_t n) {
@@ -267,6 +315,7 @@ void CudaOps::matvec(const DeviceMatrix &w, const float *x, float *y) {
 }
 
 void CudaOps::embed(float *X) {
+    if (replaying(1, {reinterpret_cast<uintptr_t>(X)})) return;
     const size_t width = size_t(hp_.n_hc) * hp_.n_embd;
     for (int64_t t = 0; t < batch_; ++t)
         cuda::embed_token(m_.embedding(), m_.embedding_type(), hp_.n_vocab, hp_.n_embd,
@@ -274,11 +323,17 @@ void CudaOps::embed(float *X) {
 }
 
 void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
+    if (replaying(2, {reinterpret_cast<uintptr_t>(w), reinterpret_cast<uintptr_t>(X),
+                      reinterpret_cast<uintptr_t>(Y), uint64_t(m)}))
+        return;
     const DeviceMatrix &d = m_.matrix(w);
     for (int64_t t = 0; t < m; ++t) matvec(d, X + t * d.k, Y + t * d.n_rows);
 }
 
 void CudaOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, float *Y, int64_t m) {
+    if (replaying(3, {reinterpret_cast<uintptr_t>(w), groups, reinterpret_cast<uintptr_t>(X),
+                      reinterpret_cast<uintptr_t>(Y), uint64_t(m)}))
+        return;
     const DeviceMatrix &d = m_.matrix(w);
     const int64_t R = d.n_rows / groups, K = d.k;
     for (int64_t t = 0; t < m; ++t) {
@@ -308,10 +363,17 @@ void CudaOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, fl
 }
 
 void CudaOps::rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int64_t n) {
+    if (replaying(4, {reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w),
+                      reinterpret_cast<uintptr_t>(y), uint64_t(m), uint64_t(n)}))
+        return;
     cuda::rms_norm(x, m_.vec(w), y, m, n, hp_.rms_eps, s_);
 }
 
 void CudaOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix, float *x_in) {
+    if (replaying(5,
+                  {reinterpret_cast<uintptr_t>(hc.fn), reinterpret_cast<uintptr_t>(X), uint64_t(m),
+                   reinterpret_cast<uintptr_t>(mix), reinterpret_cast<uintptr_t>(x_in)}))
+        return;
     const int n = int(hp_.n_hc);
     const int64_t E = hp_.n_embd, width = int64_t(n) * E, n_mix = hp_.n_hc_mix();
     const DeviceMatrix &fn = m_.matrix(hc.fn);
@@ -326,6 +388,9 @@ void CudaOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix,
 }
 
 void CudaOps::hc_post(const float *mix, const float *y, int64_t m, float *X) {
+    if (replaying(6, {reinterpret_cast<uintptr_t>(mix), reinterpret_cast<uintptr_t>(y), uint64_t(m),
+                      reinterpret_cast<uintptr_t>(X)}))
+        return;
     const int n = int(hp_.n_hc);
     const int64_t E = hp_.n_embd, n_mix = hp_.n_hc_mix();
     for (int64_t t = 0; t < m; ++t) {
@@ -335,6 +400,7 @@ void CudaOps::hc_post(const float *mix, const float *y, int64_t m, float *X) {
 }
 
 void CudaOps::hc_head(const float *X, float *out) {
+    if (replaying(7, {reinterpret_cast<uintptr_t>(X), reinterpret_cast<uintptr_t>(out)})) return;
     const int n = int(hp_.n_hc);
     const int64_t E = hp_.n_embd;
     const model::ModelWeights &w = m_.weights();
@@ -345,8 +411,7 @@ void CudaOps::hc_head(const float *X, float *out) {
     cuda::hc_combine(head_w_.as<float>(), X, n, E, out, s_);
 }
 
-bool CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t p,
-                       int64_t t) {
+void CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t t) {
     const model::LayerWeights &L = m_.weights().layers[il];
     LayerKv &st = kv_[il];
     const uint32_t r = hp_.compress_ratio[il];
@@ -355,18 +420,21 @@ bool CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *
     const int64_t W = int64_t(hp_.compressor_coff(il)) * d;
     float *state_kv = (indexer ? st.idx_kv : st.comp_kv).as<float>();
     float *state_score = (indexer ? st.idx_score : st.comp_score).as<float>();
-    // runtime/compressor.cpp compressor_push: the token's rows plus its phase's position bias.
-    const int64_t phase = p % r;
-    const float *ape = m_.vec(indexer ? L.idx_comp_ape : L.comp_ape) + phase * W;
-    cuda::compressor_push(kv, score, ape, W, overlap ? r + phase : phase, state_kv, state_score,
-                          s_);
-    if ((p + 1) % r != 0) return false;
+    const int64_t *completes = ratio_word(t, r, kStoreIndex);
+    // runtime/compressor.cpp compressor_push: the token's rows plus its phase's position bias,
+    // into the window's slot of this phase.
+    cuda::compressor_push_step(kv, score, m_.vec(indexer ? L.idx_comp_ape : L.comp_ape), W,
+                               ratio_word(t, r, kPhase), overlap ? r : 0, state_kv, state_score,
+                               s_);
+    // The pooled row is computed at every token (a few kernels over d values) and stored, and
+    // the window shifted, only where the token completes it: the work is the same at every
+    // position (a replayed graph), the stored rows the CPU's.
     cuda::compressor_pool(state_kv, state_score, int(r), overlap, d, W, pooled_.as<float>(), s_);
-    if (overlap) cuda::compressor_shift(state_kv, state_score, int(r), W, s_);
+    if (overlap) cuda::compressor_shift_if(state_kv, state_score, int(r), W, completes, s_);
     float *row = comp_row_.as<float>();
     cuda::rms_norm(pooled_.as<float>(), m_.vec(indexer ? L.idx_comp_norm : L.comp_norm), row, 1, d,
                    hp_.rms_eps, s_);
-    cuda::rope_tail(row, 1, d, freqs(il), hp_.n_rot / 2, position(t, r), false, s_);
+    cuda::rope_tail(row, 1, d, freqs(il), hp_.n_rot / 2, ratio_word(t, r, kCompPos), false, s_);
     // The per-cache rounding: FP8 on the attention row's non-rotary dims, Hadamard + FP4 on the
     // indexer's (docs/MODEL.md 4.0).
     if (opts_.qat_sim) {
@@ -375,12 +443,7 @@ bool CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *
         else
             cuda::fp8_e4m3_sim(row, 1, hp_.n_nope(), 64, s_);
     }
-    int64_t &count = indexer ? st.n_idx : st.n_comp;
-    const int64_t cap = int64_t(ctx_ / r + 1);
-    if (count >= cap) throw Error(fmt::format("KV row store full: row {} of {}", count, cap));
-    cuda::store_row(row, d, f16_, (indexer ? st.idx : st.comp).as<float>() + count * d, s_);
-    ++count;
-    return true;
+    cuda::store_row_at(row, d, f16_, (indexer ? st.idx : st.comp).as<float>(), completes, s_);
 }
 
 void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, float *O) {
@@ -389,12 +452,27 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
     LayerKv &st = kv_[il];
     const int64_t H = hp.n_head, D = hp.head_dim, window = hp.sliding_window;
     const int64_t n_freq = hp.n_rot / 2;
-    const bool compressed = hp.compress_ratio[il] != 0;
+    const uint32_t r = hp.compress_ratio[il];
+    const bool compressed = r != 0;
     const bool indexed = hp.attention_kind(il) == model::AttentionKind::Overlapped;
+    const int64_t cap = compressed ? int64_t(ctx_ / r + 1) : 0;
+    // The host's count of the compressed rows (the device's come from the step words).
+    for (int64_t t = 0; t < m && compressed; ++t)
+        if ((n_past_ + t + 1) % r == 0) {
+            if (st.n_comp >= cap)
+                throw Error(fmt::format("KV row store full: row {} of {}", st.n_comp, cap));
+            ++st.n_comp;
+            if (indexed) ++st.n_idx;
+        }
+    if (replaying(8, {il, reinterpret_cast<uintptr_t>(in.q), reinterpret_cast<uintptr_t>(O),
+                      uint64_t(m)}))
+        return;
+    const bool selects = indexed && cap > int64_t(hp.idx_top_k);  // the indexer can select
+    const int64_t max_rows =
+        window + (compressed ? (indexed ? std::min<int64_t>(cap, hp.idx_top_k) : cap) : 0);
     const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
     for (int64_t t = 0; t < m; ++t) {
-        const int64_t p = n_past_ + t;
-        const int64_t *pos = position(t, 0);
+        const int64_t *pos = word(t, kPos);
         float *q = in.q + t * H * D;
         cuda::rms_norm(q, nullptr, q, H, D, hp.rms_eps, s_);
         cuda::rope_tail(q, H, D, freqs(il), n_freq, pos, false, s_);
@@ -403,50 +481,52 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
         cuda::rms_norm(in.kv + t * D, m_.vec(L.attn_kv_a_norm), kv, 1, D, hp.rms_eps, s_);
         cuda::rope_tail(kv, 1, D, freqs(il), n_freq, pos, false, s_);
         if (opts_.qat_sim) cuda::fp8_e4m3_sim(kv, 1, hp.n_nope(), 64, s_);
-        cuda::store_row(kv, D, f16_, st.raw.as<float>() + (p % window) * D, s_);
+        cuda::store_row_at(kv, D, f16_, st.raw.as<float>(), word(t, kRingSlot), s_);
 
         // The compressed rows this token sees: all of them, or the indexer's top-k.
-        const int32_t *selected = nullptr;
-        int64_t n_sel = 0;
+        const int64_t *gather = word(t, kPlainGather), *n_rows = word(t, kPlainRows);
         if (compressed) {
             const int64_t cw = int64_t(hp.compressor_coff(il)) * D;
-            compress(il, false, in.comp_kv + t * cw, in.comp_score + t * cw, p, t);
-            n_sel = st.n_comp;
-            if (indexed) {
-                const int64_t I = hp.idx_head_dim, IH = hp.n_idx_head;
-                const int64_t iw = int64_t(hp.compressor_coff(il)) * I;
-                compress(il, true, in.idx_kv + t * iw, in.idx_score + t * iw, p, t);
-                if (st.n_comp > int64_t(hp.idx_top_k)) {  // runtime/indexer.cpp indexer_select
-                    float *iq = in.idx_q + t * IH * I;
-                    cuda::rope_tail(iq, IH, I, freqs(il), n_freq, pos, false, s_);
-                    if (opts_.qat_sim) cuda::indexer_qat(iq, IH, I, s_);
-                    const float wscale = static_cast<float>(1.0 / std::sqrt(double(I) * IH));
-                    cuda::indexer_scores(iq, in.idx_w + t * IH, wscale, st.idx.as<float>(),
-                                         st.n_comp, int(IH), int(I), idx_scores_.as<float>(), s_);
-                    cuda::top_k_ascending(idx_scores_.as<float>(), st.n_comp, hp.idx_top_k,
-                                          selected_.as<int32_t>(), topk_scratch_.get(), s_);
-                    selected = selected_.as<int32_t>();
-                    n_sel = hp.idx_top_k;
-                }
+            compress(il, false, in.comp_kv + t * cw, in.comp_score + t * cw, t);
+            gather = ratio_word(t, r, kGatherAll);
+            n_rows = ratio_word(t, r, kRowsAll);
+        }
+        if (indexed) {
+            const int64_t I = hp.idx_head_dim, IH = hp.n_idx_head;
+            const int64_t iw = int64_t(hp.compressor_coff(il)) * I;
+            compress(il, true, in.idx_kv + t * iw, in.idx_score + t * iw, t);
+            gather = ratio_word(t, r, kGatherIndexed);
+            n_rows = ratio_word(t, r, kRowsIndexed);
+            if (selects) {  // runtime/indexer.cpp indexer_select, used where count > top_k
+                float *iq = in.idx_q + t * IH * I;
+                cuda::rope_tail(iq, IH, I, freqs(il), n_freq, pos, false, s_);
+                if (opts_.qat_sim) cuda::indexer_qat(iq, IH, I, s_);
+                const float wscale = static_cast<float>(1.0 / std::sqrt(double(I) * IH));
+                const int64_t *count = ratio_word(t, r, kCount);
+                cuda::indexer_scores(iq, in.idx_w + t * IH, wscale, st.idx.as<float>(), cap,
+                                     int(IH), int(I), idx_scores_.as<float>(), s_, count);
+                cuda::top_k_ascending(idx_scores_.as<float>(), cap, hp.idx_top_k,
+                                      selected_.as<int32_t>(), topk_scratch_.get(), s_, count);
             }
         }
 
         // Visible rows: the raw window (oldest first), then the compressed rows.
-        const int64_t first = std::max<int64_t>(0, p - window + 1), n_raw = p - first + 1;
-        const int64_t n_rows = n_raw + n_sel;
         float *rows = rows_.as<float>();
-        cuda::gather_rows(st.raw.as<float>(), window, first, n_raw, st.comp.as<float>(), selected,
-                          n_sel, D, rows, s_);
+        cuda::gather_rows_step(st.raw.as<float>(), window, st.comp.as<float>(),
+                               selected_.as<int32_t>(), gather, max_rows, D, rows, s_);
         float *o = O + t * H * D;
-        cuda::attention_scores(q, rows, n_rows, H, D, scores_.as<float>(), s_);
-        cuda::attention_mix(scores_.as<float>(), rows, n_rows, m_.vec(L.attn_sinks), scale, H, D, o,
-                            s_);
+        cuda::attention_scores(q, rows, max_rows, H, D, scores_.as<float>(), s_, n_rows);
+        cuda::attention_mix(scores_.as<float>(), rows, max_rows, m_.vec(L.attn_sinks), scale, H, D,
+                            o, s_, n_rows);
         cuda::rope_tail(o, H, D, freqs(il), n_freq, pos, true, s_);
     }
 }
 
 void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int64_t m,
                          float *slot_out) {
+    if (replaying(9, {il, reinterpret_cast<uintptr_t>(XN), reinterpret_cast<uintptr_t>(logits),
+                      uint64_t(m), reinterpret_cast<uintptr_t>(slot_out)}))
+        return;
     const model::HParams &hp = hp_;
     const model::LayerWeights &L = m_.weights().layers[il];
     const int K = int(hp.n_expert_used);
@@ -479,10 +559,16 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
 }
 
 void CudaOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp) {
+    if (replaying(10, {reinterpret_cast<uintptr_t>(G), reinterpret_cast<uintptr_t>(U), uint64_t(m),
+                       uint64_t(n)}))
+        return;
     cuda::swiglu_slots(G, U, int(m), n, clamp, nullptr, G, s_);
 }
 
 void CudaOps::moe_sum(const float *slot_out, const float *shared, int64_t m, float *Y) {
+    if (replaying(11, {reinterpret_cast<uintptr_t>(slot_out), reinterpret_cast<uintptr_t>(shared),
+                       uint64_t(m), reinterpret_cast<uintptr_t>(Y)}))
+        return;
     const int K = int(hp_.n_expert_used);
     const int64_t E = hp_.n_embd;
     for (int64_t t = 0; t < m; ++t)
@@ -490,11 +576,18 @@ void CudaOps::moe_sum(const float *slot_out, const float *shared, int64_t m, flo
 }
 
 void CudaOps::read(const float *x, size_t n, float *host) {
+    replaying(12, {reinterpret_cast<uintptr_t>(x), n});
+    if (graph_.capturing())
+        graph_.end_capture_and_launch(s_, step_hash_);
+    else if (replay_)
+        graph_.launch(s_, step_hash_);
+    replay_ = false;
     DS4_CUDA_CHECK(cudaMemcpyAsync(host, x, n * sizeof(float), cudaMemcpyDeviceToHost, s_));
     DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
 }
 
 std::shared_ptr<const BackendState> CudaOps::save() const {
+    if (graph_.capturing()) throw Error("CUDA backend: save() during a step");
     auto st = std::make_shared<CudaState>();
     st->n_past = n_past_;
     st->window = hp_.sliding_window;
@@ -510,6 +603,7 @@ std::shared_ptr<const BackendState> CudaOps::save() const {
 }
 
 void CudaOps::restore(const BackendState &state) {
+    graph_.abort(s_);
     const auto *st = dynamic_cast<const CudaState *>(&state);
     if (st == nullptr || st->layers.size() != kv_.size())
         throw Error("restore: a snapshot of another backend or model");

@@ -5,8 +5,14 @@
 // same order, so each has its CPU twin (runtime/cpu_ops.cpp) and the whole model is compared
 // with the CPU in tests/cuda/test_cuda_model.cpp.
 //
-// A batch of several tokens runs token by token through the decode kernels (correct, not yet
+// A batch of one token (decode) runs as a CUDA graph captured at the first step and replayed
+// after (decode_graphs.h; DS4_CUDA_GRAPHS=0 launches every kernel instead, for comparisons); a
+// batch of several runs eagerly, token by token through the decode kernels (correct, not yet
 // fast: prefill with tensor cores is still to come).
+//
+// Everything a step's kernels need that depends on its position is in the StepWords of the
+// token, computed by the host, copied to the device with the tokens, and read there: so the work
+// enqueued for a step is the same at every position.
 #include <cuda_runtime.h>
 
 #include <map>
@@ -15,6 +21,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/q8_k_quantize.h"
+#include "runtime/cuda/decode_graphs.h"
 #include "runtime/cuda/device_model.h"
 #include "runtime/ops.h"
 
@@ -66,6 +73,34 @@ class CudaOps final : public Ops {
     };
 
   private:
+    // The int64 words of one token's step (begin_batch writes them): the position, the window
+    // ring's slot and the visible raw rows, and per compression ratio (ratio_row_) the pooled
+    // row's position and window phase, the index of the row the window completes (-1: none),
+    // the compressed rows after the token, and the visible rows of a layer of that ratio.
+    enum StepWord : size_t {
+        kPos,
+        kRingSlot,
+        kPlainGather,  // {first, n_raw, 0, 0} (gather_rows_step's words)
+        kPlainRows = kPlainGather + 4,
+        kRatioBase
+    };
+    enum RatioWord : size_t {
+        kCompPos,                         // p + 1 - ratio
+        kPhase,                           // p % ratio
+        kStoreIndex,                      // (p + 1) / ratio - 1 when (p + 1) % ratio == 0, else -1
+        kCount,                           // (p + 1) / ratio
+        kGatherAll,                       // {first, n_raw, count, 0}
+        kGatherIndexed = kGatherAll + 4,  // {first, n_raw, min(count, top_k), count > top_k}
+        kRowsAll = kGatherIndexed + 4,
+        kRowsIndexed,
+        kRatioWords
+    };
+    size_t step_words() const { return kRatioBase + ratio_row_.size() * kRatioWords; }
+    const int64_t *word(int64_t t, size_t offset) const;
+    const int64_t *ratio_word(int64_t t, uint32_t ratio, size_t offset) const;
+    // During a replayed decode step an operation only adds itself to the step's hash; true then.
+    bool replaying(uint64_t op, std::initializer_list<uint64_t> args);
+
     // y = W x for one row: the activation quantized as W's format needs, then the product.
     void matvec(const DeviceMatrix &w, const float *x, float *y);
     // Rows of n_ids experts (ids on the device): x one row for all, or one per slot.
@@ -76,10 +111,8 @@ class CudaOps final : public Ops {
     void quantize_q8_0(const float *x, int64_t n);
     // A pooled compressor row: push, and when the window completes, pool, norm, rotate, round
     // and append. Returns whether a row was appended.
-    bool compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t p,
-                  int64_t t);
+    void compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t t);
     const double *freqs(uint32_t il) const;
-    const int64_t *position(int64_t t, uint32_t ratio) const;  // device word: p + 1 - ratio
 
     const DeviceModel &m_;
     const model::HParams &hp_;
@@ -93,9 +126,15 @@ class CudaOps final : public Ops {
     cuda::DeviceBuffer arena_;  // the batch's buffers, bump-allocated (floats)
     size_t capacity_ = 0, top_ = 0;
     cuda::DeviceBuffer tokens_;  // int32 [max_batch]
-    // int64 [1 + ratios][max_batch]: p, then p + 1 - r for each compression ratio r.
-    cuda::DeviceBuffer positions_;
-    std::map<uint32_t, size_t> ratio_row_;
+    // Pinned host staging of the batch's tokens and positions: a captured copy reads it when the
+    // graph runs.
+    int32_t *tokens_host_ = nullptr;
+    int64_t *positions_host_ = nullptr;
+    DecodeGraph graph_;
+    bool use_graphs_ = true, replay_ = false;
+    uint64_t step_hash_ = 0;
+    cuda::DeviceBuffer positions_;                 // int64 [max_batch][step_words()]
+    std::map<uint32_t, size_t> ratio_row_;         // compression ratio -> its index in StepWords
     cuda::DeviceBuffer freqs_plain_, freqs_yarn_;  // double [n_rot / 2]
     cuda::DeviceBuffer zero_id_;  // int32 0: a dense product through an expert kernel
     // scratch of one token's operations

@@ -1,0 +1,45 @@
+#include "runtime/cuda/decode_graphs.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "common/error.h"
+
+namespace ds4::runtime::cuda_backend {
+
+DecodeGraph::~DecodeGraph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+}
+
+void DecodeGraph::begin_capture(cudaStream_t stream) {
+    DS4_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+}
+
+void DecodeGraph::end_capture_and_launch(cudaStream_t stream, uint64_t step_hash) {
+    cudaGraph_t graph = nullptr;
+    capturing_ = false;
+    DS4_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    const cudaError_t e = cudaGraphInstantiate(&exec_, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        exec_ = nullptr;
+        DS4_CUDA_CHECK(e);
+    }
+    hash_ = step_hash;
+    DS4_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+}
+
+void DecodeGraph::launch(cudaStream_t stream, uint64_t step_hash) {
+    if (step_hash != hash_)
+        throw Error("internal: a decode step differs from the captured one (CUDA graph)");
+    DS4_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+}
+
+void DecodeGraph::abort(cudaStream_t stream) {
+    if (!capturing_) return;
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+}
+
+}  // namespace ds4::runtime::cuda_backend
