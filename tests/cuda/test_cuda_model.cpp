@@ -31,11 +31,9 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "gguf/gguf_file.h"
-#include "gguf/gguf_writer.h"
-#include "model/synthetic_model.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "tiny_session_model.h"
 
 namespace ds4::cuda {
 namespace {
@@ -46,25 +44,11 @@ using runtime::Session;
 using runtime::SessionOptions;
 
 const std::string &tiny_model(model::QuantMix mix) {
-    static std::map<model::QuantMix, std::string> paths;
-    std::string &path = paths[mix];
-    if (path.empty()) {
-        gguf::Writer w;
-        std::vector<std::string> tokens;
-        for (int i = 0; i < 512; ++i) tokens.push_back("tok" + std::to_string(i * 7));
-        w.set("tokenizer.ggml.tokens", gguf::Value::array_of_strings(tokens));
-        const auto bytes = w.to_bytes();
-        auto vocab = gguf::File::from_memory(bytes.data(), bytes.size());
-        path = ::testing::TempDir() + "/cuda-tiny-" + model::quant_mix_name(mix) + ".gguf";
-        model::write_synthetic_model(model::shape_preset("tiny", 512), mix, 7, *vocab, path, false);
-    }
-    return path;
+    return ds4::test::tiny_model(mix, 7);
 }
 
 std::vector<int32_t> prompt(size_t n) {
-    std::vector<int32_t> t;
-    for (size_t i = 0; i < n; ++i) t.push_back(static_cast<int32_t>((i * 37 + 5) % 512));
-    return t;
+    return ds4::test::made_up_prompt(n);
 }
 
 float max_abs(const std::vector<float> &v) {

@@ -1,12 +1,13 @@
 #pragma once
-// A tiny q8_0 synthetic model with a made-up 512-token vocabulary (~1 MB) for the session and
-// generation tests, written once per process and seed under the test temp folder, and prompts of
-// made-up token ids.
+// Tiny synthetic models (q8_0 unless asked) with a made-up 512-token vocabulary (~1 MB) for the
+// session and generation tests, written once per process and seed under the test temp folder, and
+// prompts of made-up token ids.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gguf/gguf_file.h"
@@ -15,9 +16,10 @@
 
 namespace ds4::test {
 
-inline const std::string &tiny_session_model(uint64_t seed) {
-    static std::map<uint64_t, std::string> paths;
-    auto &path = paths[seed];
+// The tiny synthetic model of `mix` and `seed` (written once per process).
+inline const std::string &tiny_model(model::QuantMix mix, uint64_t seed) {
+    static std::map<std::pair<model::QuantMix, uint64_t>, std::string> paths;
+    auto &path = paths[{mix, seed}];
     if (path.empty()) {
         gguf::Writer w;
         std::vector<std::string> tokens;
@@ -25,13 +27,16 @@ inline const std::string &tiny_session_model(uint64_t seed) {
         w.set("tokenizer.ggml.tokens", gguf::Value::array_of_strings(tokens));
         const auto bytes = w.to_bytes();
         auto vocab = gguf::File::from_memory(bytes.data(), bytes.size());
-        const std::string p =
-            ::testing::TempDir() + "/session-tiny-q8_0-" + std::to_string(seed) + ".gguf";
-        model::write_synthetic_model(model::shape_preset("tiny", 512), model::QuantMix::Q8_0, seed,
-                                     *vocab, p, false);
+        const std::string p = ::testing::TempDir() + "/session-tiny-" + model::quant_mix_name(mix) +
+                              "-" + std::to_string(seed) + ".gguf";
+        model::write_synthetic_model(model::shape_preset("tiny", 512), mix, seed, *vocab, p, false);
         path = p;
     }
     return path;
+}
+
+inline const std::string &tiny_session_model(uint64_t seed) {
+    return tiny_model(model::QuantMix::Q8_0, seed);
 }
 
 // n made-up token ids of the 512-token vocabulary: (i * mul + add) % 512.
