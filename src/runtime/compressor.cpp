@@ -10,15 +10,6 @@
 
 namespace ds4::runtime {
 
-void compressor_project(ForwardContext &ctx, const CompressorWeights &cw, const float *X, int64_t m,
-                        std::vector<float> &KV, std::vector<float> &SC) {
-    const size_t width = cw.kv->ne[1];
-    KV.resize(m * width);
-    SC.resize(m * width);
-    ctx.linear(cw.kv, X, KV.data(), m);
-    ctx.linear(cw.gate, X, SC.data(), m);
-}
-
 bool compressor_push(ForwardContext &ctx, uint32_t il, const CompressorWeights &cw,
                      CompressorState &st, uint32_t d, const float *kv, const float *sc, int64_t p,
                      float *row) {

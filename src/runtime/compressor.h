@@ -16,10 +16,6 @@ struct CompressorWeights {
     model::Tensor ape, kv, gate, norm;
 };
 
-// The projections of m tokens at once: KV = X kv^T and SC = X gate^T (m x width each).
-void compressor_project(ForwardContext &ctx, const CompressorWeights &cw, const float *X, int64_t m,
-                        std::vector<float> &KV, std::vector<float> &SC);
-
 // Feeds the token at position p (its projected kv and score rows, `width` = coff * d floats).
 // Returns true and fills `row` (d floats) when the token completes a window; the caller applies
 // the per-cache rounding and stores the row.

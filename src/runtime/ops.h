@@ -51,7 +51,8 @@ class Ops {
     // Starts a batch of tokens at positions n_past().., releasing the previous batch's buffers.
     // Ids are validated by the caller.
     virtual void begin_batch(std::span<const int32_t> tokens) = 0;
-    // n floats for the current batch, zeroed.
+    // n floats for the current batch; what they hold before an operation writes them is
+    // unspecified (the model order writes every buffer before reading it).
     virtual float *buffer(size_t n) = 0;
     // Buffers taken after mark() are given back by release(mark): a sublayer's scratch.
     virtual size_t mark() const = 0;
