@@ -13,7 +13,7 @@ if(TARGET ds4tools)
 endif()
 
 # The tools a user runs (build/bin also holds unit tests and micro-benchmarks: not installed).
-set(_ds4_install_tools ds4 ds4-test ds4-bench ds4-mkmodel ds4-quantize ds4-gguf-dump)
+set(_ds4_install_tools ds4 ds4-test ds4-bench ds4-server ds4-mkmodel ds4-quantize ds4-gguf-dump)
 foreach(_t IN LISTS _ds4_install_tools)
     if(TARGET ${_t})
         install(TARGETS ${_t} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOLS = ["ds4", "ds4-bench", "ds4-test", "ds4-quantize", "ds4-gguf-dump", "ds4-mkmodel"]
+TOOLS = ["ds4", "ds4-bench", "ds4-test", "ds4-server", "ds4-quantize", "ds4-gguf-dump", "ds4-mkmodel"]
 
 
 def project_version():

@@ -1,0 +1,42 @@
+#pragma once
+// The HTTP layer of ds4-server (docs/SERVER.md): routes, API key, CORS, body limit, JSON errors,
+// non-streaming and SSE responses in the OpenAI shapes, over an Engine.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/engine.h"
+
+namespace ds4::server {
+
+inline constexpr size_t kMaxBodyBytes = 16u << 20;  // 16 MiB; larger bodies get 413
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8000;      // 0 = any free port
+    std::string api_key;  // empty = no authentication
+    bool cors = false;
+    std::string model_id;                    // the model file's base name without .gguf
+    std::vector<std::string> model_aliases;  // also answered by GET /v1/models/{id}
+    int64_t max_completion_tokens = 0;       // reported in the model object
+};
+
+class HttpServer {
+  public:
+    HttpServer(Engine &engine, ServerOptions opts);
+    ~HttpServer();
+    // Binds; returns the port bound (the free one chosen for port 0), or -1 when the address
+    // cannot be bound.
+    int bind();
+    // Serves until stop(); returns false when the listener failed.
+    bool listen();
+    // Safe from another thread.
+    void stop();
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ds4::server

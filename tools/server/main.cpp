@@ -1,0 +1,206 @@
+// ds4-server: an OpenAI-compatible HTTP server over the engine's session API (docs/SERVER.md).
+#include <fmt/format.h>
+#include <pthread.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <thread>
+
+#include "backend_option.h"
+#include "cli_app.h"
+#include "common/error.h"
+#include "context_size.h"
+#include "exit_codes.h"
+#include "model_load.h"
+#include "run_env.h"
+#include "runtime/session.h"
+#include "server/engine.h"
+#include "server/http_server.h"
+#include "startup_line.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/vocabulary.h"
+#include "tool_main.h"
+
+namespace {
+
+using ds4::tools::UsageError;
+
+constexpr const char *kTool = "ds4-server";
+
+struct Options {
+    std::string model = "ds4flash.gguf";
+    std::string host = "127.0.0.1";
+    int port = 8000;
+    uint64_t ctx = 32768;
+    int64_t n_predict = 393216;
+    std::string api_key;
+    bool cors = false;
+    int threads = 0;
+    ds4::tools::BackendFlags backend;
+};
+
+// A model file's defects are bad input (exit 2); a backend that cannot start is a failure (1).
+template <typename F>
+auto from_model_file(const std::string &path, F &&open) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw UsageError(fmt::format("model {} is a directory, not a GGUF file", path));
+    if (!std::filesystem::exists(path, ec))
+        throw UsageError(fmt::format("cannot open model {}: no such file", path));
+    try {
+        return open();
+    } catch (const ds4::tools::BackendError &) {
+        throw;
+    } catch (const ds4::Error &e) {
+        throw UsageError(e.what());
+    }
+}
+
+std::string model_id(const std::string &path) {
+    std::string name = std::filesystem::path(path).filename().string();
+    if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
+    return name;
+}
+
+int server_main(int argc, char **argv) {
+    using ds4::tools::integer_at_least;
+    using ds4::tools::integer_in;
+    Options opt;
+    CLI::App app{"ds4-server: an OpenAI-compatible HTTP server for DeepSeek V4 Flash (ds4cpp)",
+                 kTool};
+    ds4::tools::configure_app(app, kTool);
+    app.add_option("-m,--model", opt.model, "GGUF model path")->default_str(opt.model);
+    app.add_option("--host", opt.host, "Address to listen on")->default_str(opt.host);
+    app.add_option("--port", opt.port, "TCP port; 0 = any free port (printed at start)")
+        ->check(integer_in(0, 65535))
+        ->default_str("8000");
+    auto *ctx = app.add_option("-c,--ctx", opt.ctx,
+                               "Context size in tokens, allocated at start (clamped to the "
+                               "model's context length)")
+                    ->check(integer_at_least(1))
+                    ->default_str("32768");
+    app.add_option("-n,--tokens", opt.n_predict,
+                   "Max generated tokens when a request gives no max_tokens")
+        ->check(integer_in(1, std::numeric_limits<int32_t>::max()))
+        ->default_str("393216");
+    app.add_option("--api-key", opt.api_key,
+                   "Require 'Authorization: Bearer KEY' on every request but /health");
+    app.add_flag("--cors", opt.cors, "Add Access-Control-Allow-* headers to every response");
+    app.add_option("-t,--threads", opt.threads,
+                   "CPU threads; 0 (the default) = DS4_THREADS when set, else all cores")
+        ->check(integer_in(0, ds4::tools::kMaxThreads));
+    ds4::tools::add_backend_options(app, opt.backend);
+    if (const auto rc = ds4::tools::parse_args(app, argc, argv)) return *rc;
+
+    // SIGINT / SIGTERM are taken by a thread of their own (sigwait), so that stopping the
+    // listener is not done in a signal handler. Blocked before any other thread starts (the
+    // model's thread pool inherits the mask). Before the server listens, a signal ends the
+    // process at once; afterwards it stops the listener and the generation in progress.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    static std::atomic<bool> shutdown{false};
+    static std::atomic<ds4::server::HttpServer *> listening{nullptr};
+    static std::atomic<int> got{0};
+    static std::atomic<bool> self_wake{false}, listen_returned{false};
+    std::thread waiter([sigs] {
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        if (self_wake) return;
+        got = sig;
+        shutdown = true;
+        if (auto *srv = listening.load()) {
+            // Until listen() has returned: a stop() just before it starts would be lost.
+            while (!listen_returned) {
+                srv->stop();
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
+        } else {
+            std::_Exit(sig == SIGINT ? ds4::tools::kExitInterrupted : ds4::tools::kExitOk);
+        }
+    });
+    // Every way out of this function ends the waiter first.
+    struct WaiterGuard {
+        std::thread &t;
+        ~WaiterGuard() {
+            if (!got) {
+                self_wake = true;
+                pthread_kill(t.native_handle(), SIGTERM);
+            }
+            t.join();
+        }
+    } waiter_guard{waiter};
+    const auto backend = opt.backend.backend();
+    opt.threads = ds4::tools::resolve_threads(opt.threads, kTool);
+    ds4::tools::check_simd_env();
+    if (opt.host.empty()) throw UsageError("--host must not be empty");
+
+    auto model = from_model_file(opt.model, [&] {
+        return ds4::tools::load_model(kTool, opt.model,
+                                      {.n_threads = opt.threads, .backend = backend});
+    });
+    fmt::print(stderr, "{}", ds4::tools::startup_line(kTool, opt.model, *model));
+    const ds4::tokenizer::Tokenizer tok = from_model_file(opt.model, [&] {
+        return ds4::tokenizer::Tokenizer(ds4::tokenizer::load_vocabulary(model->file()));
+    });
+    const auto &hp = model->hparams();
+    if (tok.n_tokens() > hp.n_vocab)
+        throw UsageError(
+            fmt::format("the vocabulary has {} tokens but the model only {} embedding rows",
+                        tok.n_tokens(), hp.n_vocab));
+
+    ds4::runtime::SessionOptions so;
+    const uint64_t asked = ctx->count() > 0 || !hp.context_length
+                               ? opt.ctx
+                               : std::min<uint64_t>(opt.ctx, hp.context_length);
+    so.ctx = ds4::tools::context_for(asked, hp, so, "--ctx");
+
+    ds4::server::Engine engine(*model, tok, so, opt.n_predict, &shutdown);
+    ds4::server::ServerOptions sopt{
+        .host = opt.host,
+        .port = opt.port,
+        .api_key = opt.api_key,
+        .cors = opt.cors,
+        .model_id = model_id(opt.model),
+        .model_aliases = {std::filesystem::path(opt.model).filename().string(), "deepseek-v4-flash",
+                          "deepseek-chat", "deepseek-reasoner"},
+        .max_completion_tokens = std::min<int64_t>(opt.n_predict, engine.ctx()),
+    };
+    ds4::server::HttpServer server(engine, sopt);
+    const int port = server.bind();
+    if (port < 0) {
+        fmt::print(stderr, "{}: cannot listen on {}:{} (address in use or not available)\n", kTool,
+                   opt.host, opt.port);
+        return ds4::tools::kExitFailure;
+    }
+    fmt::print(stderr, "{}: context {} tokens, KV cache {:.2f} MiB\n", kTool, engine.ctx(),
+               ds4::runtime::Session::kv_bytes_for(hp, so, model->backend()) / 1048576.0);
+    fmt::print(stderr, "{}: listening on http://{}:{}\n", kTool, opt.host, port);
+
+    listening = &server;
+    const bool ok = server.listen();
+    listen_returned = true;
+    if (got == SIGINT || got == SIGTERM) {
+        fmt::print(stderr, "{}: shut down ({})\n", kTool, got == SIGINT ? "SIGINT" : "SIGTERM");
+        return got == SIGINT ? ds4::tools::kExitInterrupted : ds4::tools::kExitOk;
+    }
+    if (!ok) {
+        fmt::print(stderr, "{}: the listener failed\n", kTool);
+        return ds4::tools::kExitFailure;
+    }
+    return ds4::tools::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    return ds4::tools::guarded_main(kTool, [&] { return server_main(argc, argv); });
+}
