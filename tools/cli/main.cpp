@@ -104,22 +104,6 @@ struct Request {
     uint64_t ctx = 32768;  // as asked; run() clamps it (context_size.h)
 };
 
-// A model file's defects are bad input (exit 2), whichever part of the file reveals them; a
-// backend that cannot start (no CUDA, no device) is a runtime failure (exit 1).
-template <typename F>
-auto from_model_file(const std::string &path, F &&open) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec))
-        throw UsageError(fmt::format("model {} is a directory, not a GGUF file", path));
-    try {
-        return open();
-    } catch (const ds4::tools::BackendError &) {
-        throw;
-    } catch (const ds4::Error &e) {
-        throw UsageError(e.what());
-    }
-}
-
 int run(Options opt, const Request &req) {
     std::error_code ec;
     if (!std::filesystem::exists(opt.model, ec)) {
@@ -137,13 +121,13 @@ int run(Options opt, const Request &req) {
     if (!opt.dump_logprobs.empty())
         ds4::tools::check_output_writable(opt.dump_logprobs, "--dump-logprobs");
     if (req.dump_tokens) {
-        const auto tok = from_model_file(
+        const auto tok = ds4::tools::from_model_file(
             opt.model, [&] { return ds4::tokenizer::Tokenizer::from_gguf(opt.model); });
         print_tokens(tok, tok.encode_chat_text(text));
         return 0;
     }
 
-    auto model = from_model_file(opt.model, [&] {
+    auto model = ds4::tools::from_model_file(opt.model, [&] {
         return ds4::tools::load_model(
             "ds4", opt.model,
             {.n_threads = opt.threads, .strict = opt.strict, .backend = opt.backend});
@@ -156,7 +140,7 @@ int run(Options opt, const Request &req) {
         if (opt.strict) std::puts("  strict: the published DeepSeek V4 Flash layout");
         return 0;
     }
-    const ds4::tokenizer::Tokenizer tok = from_model_file(opt.model, [&] {
+    const ds4::tokenizer::Tokenizer tok = ds4::tools::from_model_file(opt.model, [&] {
         return ds4::tokenizer::Tokenizer(ds4::tokenizer::load_vocabulary(model->file()));
     });
     if (tok.n_tokens() > model->hparams().n_vocab)

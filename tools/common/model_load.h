@@ -3,13 +3,17 @@
 // the weights to the device shown on stderr (a one-line bar updated in place when stderr is a
 // terminal, then always one line with the bytes and seconds), and a backend that cannot start
 // told apart from a bad model file.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "common/error.h"
+#include "exit_codes.h"
 #include "runtime/session.h"
 
 namespace ds4::tools {
@@ -22,6 +26,23 @@ class BackendError : public Error {
   public:
     using Error::Error;
 };
+
+// Runs `open` (a load of the file at `path`): a model file's defects are bad input (UsageError,
+// exit 2), whichever part of the file reveals them; a backend that cannot start (BackendError:
+// no CUDA, no device) stays a runtime failure (exit 1).
+template <typename F>
+auto from_model_file(const std::string &path, F &&open) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw UsageError(fmt::format("model {} is a directory, not a GGUF file", path));
+    try {
+        return open();
+    } catch (const BackendError &) {
+        throw;
+    } catch (const Error &e) {
+        throw UsageError(e.what());
+    }
+}
 
 // runtime::Model::load(path, opts) with the upload shown as said above ("<tool>: ..." lines; an
 // upload_progress of `opts` is replaced). Errors of the file are the library's ds4::Error;

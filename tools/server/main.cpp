@@ -45,21 +45,13 @@ struct Options {
     ds4::tools::BackendFlags backend;
 };
 
-// A model file's defects are bad input (exit 2); a backend that cannot start is a failure (1).
+// A missing file is named as such before the library's message (bad input, exit 2).
 template <typename F>
 auto from_model_file(const std::string &path, F &&open) {
     std::error_code ec;
-    if (std::filesystem::is_directory(path, ec))
-        throw UsageError(fmt::format("model {} is a directory, not a GGUF file", path));
-    if (!std::filesystem::exists(path, ec))
+    if (!std::filesystem::is_directory(path, ec) && !std::filesystem::exists(path, ec))
         throw UsageError(fmt::format("cannot open model {}: no such file", path));
-    try {
-        return open();
-    } catch (const ds4::tools::BackendError &) {
-        throw;
-    } catch (const ds4::Error &e) {
-        throw UsageError(e.what());
-    }
+    return ds4::tools::from_model_file(path, std::forward<F>(open));
 }
 
 std::string model_id(const std::string &path) {
