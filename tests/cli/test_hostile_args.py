@@ -143,6 +143,25 @@ def test_ds4_bench(tool, files):
         run(tool, "ds4-bench", args)
 
 
+def server_cases(f):
+    # An address no machine has: where every value is accepted the server loads the model, sizes
+    # its session, and then fails to bind (exit 1) instead of serving forever.
+    base = ["-m", f["tiny"], "--host", "256.0.0.1", "-c", "64"]
+    cases = []
+    for flag in ["--port", "-c", "-n", "-t"]:
+        cases += [base + [flag, v] for v in NUMBERS]
+    cases += [base + ["--host", v] for v in ["", GARBAGE, LONG]]
+    cases += [base + ["--api-key", v] for v in ["", GARBAGE, LONG]]
+    cases += [base + ["--backend", v] for v in ["", "tpu", GARBAGE]]
+    cases += [["-m", v, "--host", "256.0.0.1"] for v in path_values(f)]
+    return cases + [base + ["--bogus"], base + ["--port"]]
+
+
+def test_ds4_server(tool, files):
+    for args in server_cases(files):
+        run(tool, "ds4-server", args, timeout=60)
+
+
 @pytest.mark.parametrize("tool_name", ["ds4-quantize", "ds4-gguf-dump", "ds4-mkmodel", "ds4-test"])
 def test_other_tools(tool, files, tool_name):
     for args in other_tool_cases(files)[tool_name]:
