@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "common/error.h"
 #include "model/hparams.h"
 #include "model/weights.h"
 #include "runtime/forward_options.h"
@@ -28,6 +29,14 @@ class DeviceWeights {
                                              uint32_t max_batch) = 0;
     virtual uint64_t bytes() const = 0;  // device memory the weights take
     virtual std::string device_name() const = 0;
+};
+
+// The model file is good but its backend could not start: no CUDA backend in this build, no
+// device or driver answers, the weights do not fit the device (Model::load throws it for any
+// failure of the upload, after the file has been read and checked).
+class BackendUnavailable : public Error {
+  public:
+    using Error::Error;
 };
 
 // Copies the weights to the first CUDA device. Throws ds4::Error when this build has no CUDA

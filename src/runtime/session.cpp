@@ -20,8 +20,13 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
     }
     m->pool_ = std::make_unique<backend::cpu::ThreadPool>(opts.n_threads);
     m->experts_ = experts::make_resident_source(m->weights_);
-    if (opts.backend == Backend::Cuda)
-        m->device_ = upload_to_cuda(m->hp_, m->weights_, opts.upload_progress);
+    if (opts.backend == Backend::Cuda) {
+        try {
+            m->device_ = upload_to_cuda(m->hp_, m->weights_, opts.upload_progress);
+        } catch (const Error &e) {
+            throw BackendUnavailable(e.what());
+        }
+    }
     return m;
 }
 

@@ -30,7 +30,8 @@ struct ModelOptions {
 
 class Model {
   public:
-    // Opens, validates and binds a deepseek4 GGUF; throws ds4::Error with the file's problem.
+    // Opens, validates and binds a deepseek4 GGUF; throws ds4::Error with the file's problem, and
+    // BackendUnavailable (device_weights.h) when the file is good but its backend cannot start.
     static std::unique_ptr<Model> load(const std::string &path, const ModelOptions &opts = {});
 
     const gguf::File &file() const { return *file_; }

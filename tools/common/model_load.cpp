@@ -85,16 +85,9 @@ std::unique_ptr<runtime::Model> load_model(const std::string &tool, const std::s
     std::unique_ptr<runtime::Model> model;
     try {
         model = runtime::Model::load(path, opts);
-    } catch (const Error &e) {
+    } catch (const Error &) {
         meter.failed();
-        // The file is checked before the upload starts: when it loads for the CPU, the file was
-        // good and the backend failed; otherwise the CPU's load throws the file's error.
-        const std::string backend_message = e.what();
-        runtime::ModelOptions cpu = opts;
-        cpu.backend = runtime::Backend::Cpu;
-        cpu.upload_progress = {};
-        (void)runtime::Model::load(path, cpu);
-        throw BackendError(backend_message);
+        throw;
     }
     const runtime::DeviceWeights *dev = model->device();
     meter.done(dev ? dev->bytes() : 0, dev ? dev->device_name() : "the CUDA device");

@@ -18,14 +18,10 @@
 
 namespace ds4::tools {
 
-// The model file is good but its backend could not start: no CUDA backend in this build, no
-// device or driver answers, the weights do not fit the device. A runtime failure (exit 1), where
-// a defect of the file is bad input (exit 2): callers that turn the file's errors into
-// UsageError let this one through. The message is the library's.
-class BackendError : public Error {
-  public:
-    using Error::Error;
-};
+// The model file is good but its backend could not start (runtime::BackendUnavailable): a
+// runtime failure (exit 1), where a defect of the file is bad input (exit 2): callers that turn
+// the file's errors into UsageError let this one through. The message is the library's.
+using BackendError = runtime::BackendUnavailable;
 
 // Runs `open` (a load of the file at `path`): a model file's defects are bad input (UsageError,
 // exit 2), whichever part of the file reveals them; a backend that cannot start (BackendError:
