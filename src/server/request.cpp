@@ -221,8 +221,9 @@ GenRequest parse_chat_request(std::string_view body) {
         cm.role = get_string(m, "role").value_or("user");
         if (cm.role != "system" && cm.role != "developer" && cm.role != "user" &&
             cm.role != "assistant" && cm.role != "tool" && cm.role != "function")
-            bad(fmt::format("{}.role '{}' is not one of system, developer, user, assistant, tool",
-                            where, cm.role),
+            bad(fmt::format(
+                    "{}.role '{}' is not one of system, developer, user, assistant, tool, function",
+                    where, cm.role),
                 "messages");
         if (const json *c = field(m, "content")) cm.content = content_text(*c, where);
         if (const json *rc = field(m, "reasoning_content"); rc && !rc->is_null()) {
