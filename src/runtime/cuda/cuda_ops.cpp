@@ -52,19 +52,8 @@ size_t floats_per_token(const model::HParams &hp) {
 struct CudaState final : BackendState {
     std::vector<CudaOps::LayerKv> layers;
     int64_t n_past = 0;
-    uint32_t window = 0, head_dim = 0, idx_head_dim = 0;
-    bool f16 = true;
-    size_t payload_bytes() const override {
-        // As serialised: rows in use at 2 or 4 bytes a value, the compressor windows as f32.
-        const size_t elem = f16 ? 2 : 4;
-        size_t b = 2 * layers.size() * sizeof(uint32_t);
-        const size_t raw_rows = size_t(std::min<int64_t>(n_past, window));
-        for (const auto &l : layers)
-            b += (raw_rows + size_t(l.n_comp)) * head_dim * elem +
-                 size_t(l.n_idx) * idx_head_dim * elem + l.comp_kv.bytes() + l.comp_score.bytes() +
-                 l.idx_kv.bytes() + l.idx_score.bytes();
-        return b;
-    }
+    size_t payload = 0;  // computed by save()
+    size_t payload_bytes() const override { return payload; }
 };
 
 namespace {
@@ -456,14 +445,6 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
     const bool compressed = r != 0;
     const bool indexed = hp.attention_kind(il) == model::AttentionKind::Overlapped;
     const int64_t cap = compressed ? int64_t(ctx_ / r + 1) : 0;
-    // The host's count of the compressed rows (the device's come from the step words).
-    for (int64_t t = 0; t < m && compressed; ++t)
-        if ((n_past_ + t + 1) % r == 0) {
-            if (st.n_comp >= cap)
-                throw Error(fmt::format("KV row store full: row {} of {}", st.n_comp, cap));
-            ++st.n_comp;
-            if (indexed) ++st.n_idx;
-        }
     if (replaying(8, {il, reinterpret_cast<uintptr_t>(in.q), reinterpret_cast<uintptr_t>(O),
                       uint64_t(m)}))
         return;
@@ -590,14 +571,23 @@ std::shared_ptr<const BackendState> CudaOps::save() const {
     if (graph_.capturing()) throw Error("CUDA backend: save() during a step");
     auto st = std::make_shared<CudaState>();
     st->n_past = n_past_;
-    st->window = hp_.sliding_window;
-    st->head_dim = hp_.head_dim;
-    st->idx_head_dim = hp_.idx_head_dim;
-    st->f16 = f16_;
-    for (const LayerKv &l : kv_)
-        st->layers.push_back({clone(l.raw, s_), clone(l.comp, s_), clone(l.idx, s_),
-                              clone(l.comp_kv, s_), clone(l.comp_score, s_), clone(l.idx_kv, s_),
-                              clone(l.idx_score, s_), l.n_comp, l.n_idx});
+    // As serialised: the rows in use at 2 or 4 bytes a value, the compressor windows as f32.
+    const size_t elem = f16_ ? 2 : 4;
+    const size_t raw_rows = size_t(std::min<int64_t>(n_past_, hp_.sliding_window));
+    st->payload = 2 * kv_.size() * sizeof(uint32_t);
+    for (uint32_t il = 0; il < kv_.size(); ++il) {
+        const LayerKv &l = kv_[il];
+        const uint32_t r = hp_.compress_ratio[il];
+        const size_t comp_rows = r ? size_t(n_past_) / r : 0;
+        const size_t idx_rows = l.idx.bytes() ? comp_rows : 0;
+        st->payload += (raw_rows + comp_rows) * hp_.head_dim * elem +
+                       idx_rows * hp_.idx_head_dim * elem + l.comp_kv.bytes() +
+                       l.comp_score.bytes() + l.idx_kv.bytes() + l.idx_score.bytes();
+        LayerKv &copy = st->layers.emplace_back();
+        const auto from = l.buffers();
+        const auto to = copy.buffers();
+        for (size_t i = 0; i < from.size(); ++i) *to[i] = clone(*from[i], s_);
+    }
     DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
     return st;
 }
@@ -608,17 +598,9 @@ void CudaOps::restore(const BackendState &state) {
     if (st == nullptr || st->layers.size() != kv_.size())
         throw Error("restore: a snapshot of another backend or model");
     for (size_t il = 0; il < kv_.size(); ++il) {
-        LayerKv &d = kv_[il];
-        const LayerKv &s = st->layers[il];
-        copy_into(d.raw, s.raw, s_);
-        copy_into(d.comp, s.comp, s_);
-        copy_into(d.idx, s.idx, s_);
-        copy_into(d.comp_kv, s.comp_kv, s_);
-        copy_into(d.comp_score, s.comp_score, s_);
-        copy_into(d.idx_kv, s.idx_kv, s_);
-        copy_into(d.idx_score, s.idx_score, s_);
-        d.n_comp = s.n_comp;
-        d.n_idx = s.n_idx;
+        const auto from = st->layers[il].buffers();
+        const auto to = kv_[il].buffers();
+        for (size_t i = 0; i < from.size(); ++i) copy_into(*to[i], *from[i], s_);
     }
     n_past_ = st->n_past;
     DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
@@ -627,8 +609,7 @@ void CudaOps::restore(const BackendState &state) {
 size_t CudaOps::kv_bytes() const {
     size_t b = 0;
     for (const LayerKv &l : kv_)
-        b += l.raw.bytes() + l.comp.bytes() + l.idx.bytes() + l.comp_kv.bytes() +
-             l.comp_score.bytes() + l.idx_kv.bytes() + l.idx_score.bytes();
+        for (const cuda::DeviceBuffer *buf : l.buffers()) b += buf->bytes();
     return b;
 }
 

@@ -15,6 +15,7 @@
 // enqueued for a step is the same at every position.
 #include <cuda_runtime.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <vector>
@@ -63,13 +64,19 @@ class CudaOps final : public Ops {
     size_t kv_bytes() const override;
 
     // The attention state of one layer (docs/MODEL.md 8.1), rows as f32 values (of their f16
-    // rounding when the session rounds rows).
+    // rounding when the session rounds rows). How many rows are in use follows from the
+    // position: n_past / ratio compressed rows, min(n_past, window) raw ones.
     struct LayerKv {
         cuda::DeviceBuffer raw;                  // window ring: row of p at p % window
         cuda::DeviceBuffer comp, idx;            // compressed rows (attention, indexer)
         cuda::DeviceBuffer comp_kv, comp_score;  // the compressor's window
         cuda::DeviceBuffer idx_kv, idx_score;    // the indexer compressor's window
-        int64_t n_comp = 0, n_idx = 0;           // rows in comp, idx
+        std::array<cuda::DeviceBuffer *, 7> buffers() {
+            return {&raw, &comp, &idx, &comp_kv, &comp_score, &idx_kv, &idx_score};
+        }
+        std::array<const cuda::DeviceBuffer *, 7> buffers() const {
+            return {&raw, &comp, &idx, &comp_kv, &comp_score, &idx_kv, &idx_score};
+        }
     };
 
   private:
