@@ -1,10 +1,12 @@
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/expert_matvec.cuh"
+#include "backend/cuda/host_upload.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
 #include "common/error.h"
 #include "quant/blocks.h"
@@ -156,11 +158,13 @@ Iq2xxsWeights::Iq2xxsWeights(const void *ggml_blocks, int64_t n_rows, int64_t k,
                              int64_t n_experts) {
     if (k % kQK != 0) throw ds4::Error("IQ2_XXS rows must hold a multiple of 256 values");
     upload_tables_once();  // here, not at the first launch, which may be inside a graph capture
-    const Iq2xxsPlanes p = repack_iq2_xxs(ggml_blocks, n_experts * n_rows * (k / kQK));
-    qs_ = DeviceBuffer(p.qs.size());
-    d_ = DeviceBuffer(p.d.size() * sizeof(uint16_t));
-    DS4_CUDA_CHECK(cudaMemcpy(qs_.get(), p.qs.data(), qs_.bytes(), cudaMemcpyHostToDevice));
-    DS4_CUDA_CHECK(cudaMemcpy(d_.get(), p.d.data(), d_.bytes(), cudaMemcpyHostToDevice));
+    // repack_iq2_xxs on the device: the group data are the segment, the scale the rest.
+    using Block = quant::BlockIQ2_XXS;
+    static_assert(offsetof(Block, qs) == 2 && sizeof(Block) == 2 + kGroupBytes);
+    const int64_t n_blocks = n_experts * n_rows * (k / kQK);
+    qs_ = DeviceBuffer(size_t(n_blocks) * kGroupBytes);
+    d_ = DeviceBuffer(size_t(n_blocks) * sizeof(uint16_t));
+    upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 2, kGroupBytes, qs_.get(), d_.get());
     expert_matvec::prepare<Iq2xxsFormat>();
     view_ = {qs_.as<uint8_t>(), d_.as<uint16_t>(), n_rows, k, n_experts};
 }

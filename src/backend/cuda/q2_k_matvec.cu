@@ -1,9 +1,11 @@
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/expert_matvec.cuh"
+#include "backend/cuda/host_upload.h"
 #include "backend/cuda/q2_k_matvec.h"
 #include "common/error.h"
 #include "quant/blocks.h"
@@ -105,12 +107,13 @@ Q2KPlanes repack_q2_K(const void *ggml_blocks, int64_t n_blocks) {
 
 Q2KWeights::Q2KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64_t n_experts) {
     if (k % kQK != 0) throw ds4::Error("Q2_K rows must hold a multiple of 256 values");
-    const Q2KPlanes p = repack_q2_K(ggml_blocks, n_experts * n_rows * (k / kQK));
-    qs_ = DeviceBuffer(p.qs.size());
-    records_ = DeviceBuffer(p.records.size());
-    DS4_CUDA_CHECK(cudaMemcpy(qs_.get(), p.qs.data(), qs_.bytes(), cudaMemcpyHostToDevice));
-    DS4_CUDA_CHECK(
-        cudaMemcpy(records_.get(), p.records.data(), records_.bytes(), cudaMemcpyHostToDevice));
+    // repack_q2_K on the device: the quants are the segment, the record is scales, d, dmin.
+    using Block = quant::BlockQ2_K;
+    static_assert(offsetof(Block, qs) == 16 && offsetof(Block, d) == 80 && sizeof(Block) == 84);
+    const int64_t n_blocks = n_experts * n_rows * (k / kQK);
+    qs_ = DeviceBuffer(size_t(n_blocks) * 64);
+    records_ = DeviceBuffer(size_t(n_blocks) * kQ2KRecordBytes);
+    upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 16, 64, qs_.get(), records_.get());
     expert_matvec::prepare<Q2KFormat>();
     view_ = {qs_.as<uint8_t>(), records_.as<uint8_t>(), n_rows, k, n_experts};
 }

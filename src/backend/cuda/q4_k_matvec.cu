@@ -1,9 +1,11 @@
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/expert_matvec.cuh"
+#include "backend/cuda/host_upload.h"
 #include "backend/cuda/q4_k_matvec.h"
 #include "common/error.h"
 #include "quant/blocks.h"
@@ -105,12 +107,13 @@ Q4KPlanes repack_q4_K(const void *ggml_blocks, int64_t n_blocks) {
 
 Q4KWeights::Q4KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64_t n_experts) {
     if (k % kQK != 0) throw ds4::Error("Q4_K rows must hold a multiple of 256 values");
-    const Q4KPlanes p = repack_q4_K(ggml_blocks, n_experts * n_rows * (k / kQK));
-    qs_ = DeviceBuffer(p.qs.size());
-    headers_ = DeviceBuffer(p.headers.size());
-    DS4_CUDA_CHECK(cudaMemcpy(qs_.get(), p.qs.data(), qs_.bytes(), cudaMemcpyHostToDevice));
-    DS4_CUDA_CHECK(
-        cudaMemcpy(headers_.get(), p.headers.data(), headers_.bytes(), cudaMemcpyHostToDevice));
+    // repack_q4_K on the device: the quants are the segment, the header d, dmin, scales.
+    using Block = quant::BlockQ4_K;
+    static_assert(offsetof(Block, qs) == 16 && sizeof(Block) == 144);
+    const int64_t n_blocks = n_experts * n_rows * (k / kQK);
+    qs_ = DeviceBuffer(size_t(n_blocks) * 128);
+    headers_ = DeviceBuffer(size_t(n_blocks) * 16);
+    upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 16, 128, qs_.get(), headers_.get());
     expert_matvec::prepare<Q4KFormat>();
     view_ = {qs_.as<uint8_t>(), headers_.as<uint8_t>(), n_rows, k, n_experts};
 }

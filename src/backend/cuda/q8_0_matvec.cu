@@ -1,7 +1,9 @@
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstring>
 
+#include "backend/cuda/host_upload.h"
 #include "backend/cuda/q8_0_matvec.h"
 #include "common/error.h"
 #include "quant/blocks.h"
@@ -200,11 +202,14 @@ Q8_0Planes repack_q8_0(const void *ggml_rows, int64_t n_rows, int64_t k) {
 Q8_0Weights::Q8_0Weights(const void *ggml_rows, int64_t n_rows, int64_t k, int64_t n_experts)
     : n_experts_(n_experts) {
     if (n_experts < 1) throw ds4::Error("Q8_0 weights need at least one expert");
-    const Q8_0Planes p = repack_q8_0(ggml_rows, n_experts * n_rows, k);
-    qs_ = DeviceBuffer(p.qs.size());
-    d_ = DeviceBuffer(p.d.size() * sizeof(uint16_t));
-    DS4_CUDA_CHECK(cudaMemcpy(qs_.get(), p.qs.data(), qs_.bytes(), cudaMemcpyHostToDevice));
-    DS4_CUDA_CHECK(cudaMemcpy(d_.get(), p.d.data(), d_.bytes(), cudaMemcpyHostToDevice));
+    if (k % kBlock != 0) throw ds4::Error("Q8_0 rows must hold a multiple of 32 values");
+    // repack_q8_0 on the device: the quants are the segment, the scale the rest.
+    using Block = quant::BlockQ8_0;
+    static_assert(offsetof(Block, qs) == 2 && sizeof(Block) == 34);
+    const int64_t n_blocks = n_experts * n_rows * (k / kBlock);
+    qs_ = DeviceBuffer(size_t(n_blocks) * kBlock);
+    d_ = DeviceBuffer(size_t(n_blocks) * sizeof(uint16_t));
+    upload_split_blocks(ggml_rows, n_blocks, sizeof(Block), 2, kBlock, qs_.get(), d_.get());
     view_ = {qs_.as<int8_t>(), d_.as<uint16_t>(), n_rows, k};
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/host_upload.h"
 #include "common/error.h"
 #include "quant/quant.h"
 #include "runtime/cuda/cuda_ops.h"
@@ -25,7 +26,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 cuda::DeviceBuffer copy_to_device(const void *src, size_t bytes) {
     cuda::DeviceBuffer b(bytes);
-    if (bytes) DS4_CUDA_CHECK(cudaMemcpy(b.get(), src, bytes, cudaMemcpyHostToDevice));
+    cuda::upload_bytes(b.get(), src, bytes);
     return b;
 }
 
@@ -162,6 +163,7 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
         vectors_.emplace(t, copy_to_device(t->data, t->n_bytes));
         step(device_bytes(t, false));
     }
+    cuda::release_upload_staging();
     bytes_ = need;
     for (const auto &[t, m] : matrices_) {
         max_k_ = std::max(max_k_, m.k);

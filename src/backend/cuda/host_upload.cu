@@ -1,0 +1,145 @@
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/host_upload.h"
+#include "common/error.h"
+
+namespace ds4::cuda {
+namespace {
+
+constexpr size_t kChunk = size_t(64) << 20;
+
+// One thread per block: its segment into plane a, the bytes before and after it into plane b.
+__global__ void split_blocks_kernel(const uint8_t *__restrict__ src, int64_t n_blocks,
+                                    int block_bytes, int seg_off, int seg_len,
+                                    uint8_t *__restrict__ a, uint8_t *__restrict__ b) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n_blocks) return;
+    const uint8_t *blk = src + i * block_bytes;
+    uint8_t *pa = a + i * seg_len;
+    uint8_t *pb = b + i * (block_bytes - seg_len);
+    for (int j = 0; j < seg_off; ++j) pb[j] = blk[j];
+    for (int j = 0; j < seg_len; ++j) pa[j] = blk[seg_off + j];
+    for (int j = seg_off + seg_len; j < block_bytes; ++j) pb[j - seg_len] = blk[j];
+}
+
+// memcpy on up to 8 host threads (page faults of a fresh mapping and the copy both scale).
+void parallel_memcpy(void *dst, const void *src, size_t n) {
+    const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+    const size_t part = (n / threads + 4095) / 4096 * 4096;
+    if (threads == 1 || n < (size_t(4) << 20)) {
+        std::memcpy(dst, src, n);
+        return;
+    }
+    std::vector<std::future<void>> parts;
+    for (size_t off = part; off < n; off += part)
+        parts.push_back(std::async(std::launch::async, [=] {
+            std::memcpy(static_cast<uint8_t *>(dst) + off, static_cast<const uint8_t *>(src) + off,
+                        std::min(part, n - off));
+        }));
+    std::memcpy(dst, src, std::min(part, n));
+    for (auto &p : parts) p.get();
+}
+
+class Stager {
+  public:
+    Stager() {
+        DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        for (int i = 0; i < 2; ++i)
+            DS4_CUDA_CHECK(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming));
+    }
+    // Never destroyed (destroying CUDA objects after the runtime has shut down would fail); the
+    // buffers are freed by release(), the stream and events stay.
+    void release() {
+        for (int i = 0; i < 2; ++i) {
+            if (pinned_[i]) DS4_CUDA_CHECK(cudaFreeHost(pinned_[i]));
+            if (staging_[i]) DS4_CUDA_CHECK(cudaFree(staging_[i]));
+            pinned_[i] = nullptr;
+            staging_[i] = nullptr;
+        }
+    }
+
+    // For each chunk of at most `chunk` bytes: the host copy into pinned memory, then
+    // `send(pinned, offset, length, slot)` enqueues its transfer (and any kernel) on stream().
+    template <typename Send>
+    void run(const void *src, size_t bytes, size_t chunk, Send send) {
+        size_t i = 0;
+        for (size_t off = 0; off < bytes; off += chunk, ++i) {
+            const int slot = int(i % 2);
+            const size_t n = std::min(chunk, bytes - off);
+            DS4_CUDA_CHECK(cudaEventSynchronize(done_[slot]));  // its previous chunk has gone
+            if (!pinned_[slot]) DS4_CUDA_CHECK(cudaMallocHost(&pinned_[slot], kChunk));
+            parallel_memcpy(pinned_[slot], static_cast<const uint8_t *>(src) + off, n);
+            send(pinned_[slot], off, n, slot);
+            DS4_CUDA_CHECK(cudaEventRecord(done_[slot], stream_));
+        }
+        DS4_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    cudaStream_t stream() const { return stream_; }
+    // Device staging of the raw blocks of a chunk (split uploads), allocated at first use.
+    uint8_t *device_staging(int slot) {
+        if (!staging_[slot]) DS4_CUDA_CHECK(cudaMalloc(&staging_[slot], kChunk));
+        return staging_[slot];
+    }
+    std::mutex mutex;
+
+  private:
+    cudaStream_t stream_ = nullptr;
+    void *pinned_[2] = {nullptr, nullptr};
+    uint8_t *staging_[2] = {nullptr, nullptr};
+    cudaEvent_t done_[2] = {nullptr, nullptr};
+};
+
+Stager &stager() {
+    static Stager *s = new Stager();
+    return *s;
+}
+
+}  // namespace
+
+void release_upload_staging() {
+    Stager &st = stager();
+    const std::lock_guard<std::mutex> lock(st.mutex);
+    st.release();
+}
+
+void upload_bytes(void *dst, const void *src, size_t bytes) {
+    if (bytes == 0) return;
+    Stager &st = stager();
+    const std::lock_guard<std::mutex> lock(st.mutex);
+    st.run(src, bytes, kChunk, [&](const void *pinned, size_t off, size_t n, int) {
+        DS4_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t *>(dst) + off, pinned, n,
+                                       cudaMemcpyHostToDevice, st.stream()));
+    });
+}
+
+void upload_split_blocks(const void *src, int64_t n_blocks, int block_bytes, int seg_off,
+                         int seg_len, void *plane_a, void *plane_b) {
+    if (block_bytes <= 0 || seg_off < 0 || seg_len < 0 || seg_off + seg_len > block_bytes)
+        throw ds4::Error("upload_split_blocks: a segment outside the block");
+    if (n_blocks <= 0) return;
+    Stager &st = stager();
+    const std::lock_guard<std::mutex> lock(st.mutex);
+    const size_t chunk = kChunk / size_t(block_bytes) * size_t(block_bytes);
+    st.run(src, size_t(n_blocks) * size_t(block_bytes), chunk,
+           [&](const void *pinned, size_t off, size_t n, int slot) {
+               uint8_t *raw = st.device_staging(slot);
+               DS4_CUDA_CHECK(cudaMemcpyAsync(raw, pinned, n, cudaMemcpyHostToDevice, st.stream()));
+               const int64_t first = int64_t(off / size_t(block_bytes)),
+                             count = int64_t(n / size_t(block_bytes));
+               split_blocks_kernel<<<unsigned((count + 255) / 256), 256, 0, st.stream()>>>(
+                   raw, count, block_bytes, seg_off, seg_len,
+                   static_cast<uint8_t *>(plane_a) + first * seg_len,
+                   static_cast<uint8_t *>(plane_b) + first * (block_bytes - seg_len));
+               DS4_CUDA_CHECK(cudaGetLastError());
+           });
+}
+
+}  // namespace ds4::cuda
