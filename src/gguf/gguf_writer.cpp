@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <future>
 #include <memory>
 
 #include "common/error.h"
@@ -185,7 +188,7 @@ std::vector<uint8_t> Writer::to_bytes() const {
     return out.bytes;
 }
 
-void Writer::write(const std::string &path) const {
+void Writer::write(const std::string &path, unsigned parallel_fills) const {
     const uint32_t al = alignment();
     const std::vector<uint8_t> header = header_bytes();
 
@@ -203,16 +206,54 @@ void Writer::write(const std::string &path) const {
     };
     put(header.data(), header.size());
     const std::vector<uint8_t> zeros(al, 0);
-    std::vector<uint8_t> scratch;
-    for (const auto &t : tensors_) {
-        if (t.fill) {
-            scratch.assign(t.n_bytes, 0);
-            t.fill(scratch.data(), t.n_bytes);
-            put(scratch.data(), t.n_bytes);
-        } else {
-            put(t.bytes.data(), t.n_bytes);
+    // Lazy tensors are filled ahead (each into its own buffer, so the bytes do not depend on the
+    // thread count) and written in order: a window of at most `workers` fills and kAheadBytes of
+    // filled buffers. An exception of a fill reaches the write of its tensor. One worker fills
+    // on this thread.
+    const size_t workers = std::max(1u, parallel_fills);
+    constexpr uint64_t kAheadBytes = uint64_t(4) << 30;
+    std::deque<std::future<std::vector<uint8_t>>> ahead;
+    size_t next = 0;
+    uint64_t ahead_bytes = 0;
+    auto launch_fills = [&](size_t upto) {
+        for (; next < tensors_.size(); ++next) {
+            const PendingTensor &t = tensors_[next];
+            if (!t.fill) {
+                ahead.emplace_back();  // written from t.bytes
+                continue;
+            }
+            if (next > upto && (ahead.size() >= workers || ahead_bytes + t.n_bytes > kAheadBytes))
+                break;
+            ahead_bytes += t.n_bytes;
+            ahead.push_back(
+                std::async(workers > 1 ? std::launch::async : std::launch::deferred, [&t] {
+                    std::vector<uint8_t> b(t.n_bytes, 0);
+                    t.fill(b.data(), t.n_bytes);
+                    return b;
+                }));
         }
-        put(zeros.data(), (al - t.n_bytes % al) % al);
+    };
+    try {
+        for (size_t i = 0; i < tensors_.size(); ++i) {
+            launch_fills(i);
+            const PendingTensor &t = tensors_[i];
+            std::future<std::vector<uint8_t>> filled = std::move(ahead.front());
+            ahead.pop_front();
+            if (t.fill) {
+                const std::vector<uint8_t> b = filled.get();
+                ahead_bytes -= t.n_bytes;
+                put(b.data(), t.n_bytes);
+            } else {
+                put(t.bytes.data(), t.n_bytes);
+            }
+            put(zeros.data(), (al - t.n_bytes % al) % al);
+        }
+    } catch (...) {
+        for (auto &a : ahead)
+            if (a.valid()) a.wait();  // the fills reference this writer's tensors
+        f.reset();
+        std::remove(tmp.c_str());
+        throw;
     }
     if (std::fflush(f.get()) != 0 || ::fsync(fileno(f.get())) != 0) {
         const int e = errno;

@@ -23,8 +23,10 @@ class Writer {
                          std::function<void(uint8_t *dst, size_t n_bytes)> fill);
 
     // Write to `path` through a temporary file renamed into place, so a failure leaves no
-    // half-written file under the final name.
-    void write(const std::string &path) const;
+    // half-written file under the final name. With parallel_fills > 1, up to that many lazy
+    // tensors are filled at once on worker threads, ahead of the write (their fills must not
+    // share mutable state); the bytes are the same.
+    void write(const std::string &path, unsigned parallel_fills = 1) const;
     std::vector<uint8_t> to_bytes() const;
 
     uint32_t alignment() const;

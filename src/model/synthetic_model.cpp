@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "common/error.h"
 #include "gguf/gguf_file.h"
@@ -323,7 +324,8 @@ void write_synthetic_model(const HParams &hp, QuantMix mix, uint64_t seed, const
     if (progress)
         fmt::print(stderr, "mkmodel: writing {} tensors, {:.3f} GB, to {}\n", n_tensors,
                    total / 1e9, out_path);
-    w.write(out_path);
+    // Each fill draws from its own generator: tensors can be filled on every core at once.
+    w.write(out_path, std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
 }
 
 }  // namespace ds4::model
