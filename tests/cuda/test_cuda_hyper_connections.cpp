@@ -21,28 +21,34 @@ using test::ulps;
 
 TEST(CudaHc, MixEqualsCpuWithinUlps) {
     DS4_REQUIRE_CUDA_DEVICE();
-    constexpr int kN = 4, kMix = 2 * kN + kN * kN;
-    for (uint64_t seed = 1; seed <= 30; ++seed) {
-        const auto mt = random_floats(kMix, seed, 4.0f),
-                   base = random_floats(kMix, 50 + seed, 1.0f);
-        const std::vector<float> scale = {0.7f, 1.3f, 2.1f};
-        const runtime::HcMix want =
-            runtime::hc_mix_from(mt.data(), scale.data(), base.data(), kN, 20, 1e-6f);
-        const DeviceBuffer dm = to_device(mt), ds = to_device(scale), db = to_device(base);
-        DeviceBuffer pre(kN * 4), post(kN * 4), comb(kN * kN * 4);
-        hc_mix(dm.as<float>(), ds.as<float>(), db.as<float>(), kN, 20, 1e-6f, pre.as<float>(),
-               post.as<float>(), comb.as<float>(), nullptr);
-        DS4_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto gp = to_host<float>(pre, kN), gq = to_host<float>(post, kN),
-                   gc = to_host<float>(comb, kN * kN);
-        for (int i = 0; i < kN; ++i) {
-            ASSERT_LE(ulps(gp[size_t(i)], want.pre[size_t(i)]), 4.0) << "pre " << i;
-            ASSERT_LE(ulps(gq[size_t(i)], want.post[size_t(i)]), 4.0) << "post " << i;
+    // n = 4 is the model's; the others cover a block of 1 thread, odd rows and two warps.
+    for (int kN : {1, 2, 3, 4, 8}) {
+        const int kMix = 2 * kN + kN * kN;
+        for (uint64_t seed = 1; seed <= 30; ++seed) {
+            const auto mt = random_floats(size_t(kMix), seed, 4.0f),
+                       base = random_floats(size_t(kMix), 50 + seed, 1.0f);
+            const std::vector<float> scale = {0.7f, 1.3f, 2.1f};
+            const runtime::HcMix want =
+                runtime::hc_mix_from(mt.data(), scale.data(), base.data(), uint32_t(kN), 20, 1e-6f);
+            const DeviceBuffer dm = to_device(mt), ds = to_device(scale), db = to_device(base);
+            // Poisoned outputs: an entry the kernel leaves unwritten fails as NaN.
+            DeviceBuffer pre = to_device(std::vector<float>(size_t(kN), NAN)),
+                         post = to_device(std::vector<float>(size_t(kN), NAN)),
+                         comb = to_device(std::vector<float>(size_t(kN * kN), NAN));
+            hc_mix(dm.as<float>(), ds.as<float>(), db.as<float>(), kN, 20, 1e-6f, pre.as<float>(),
+                   post.as<float>(), comb.as<float>(), nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto gp = to_host<float>(pre, size_t(kN)), gq = to_host<float>(post, size_t(kN)),
+                       gc = to_host<float>(comb, size_t(kN * kN));
+            for (int i = 0; i < kN; ++i) {
+                ASSERT_LE(ulps(gp[size_t(i)], want.pre[size_t(i)]), 4.0) << "pre " << i;
+                ASSERT_LE(ulps(gq[size_t(i)], want.post[size_t(i)]), 4.0) << "post " << i;
+            }
+            // 20 Sinkhorn passes of divisions: a few ulps of drift from one exp ulp.
+            for (int k = 0; k < kN * kN; ++k)
+                ASSERT_LE(ulps(gc[size_t(k)], want.comb[size_t(k)]), 16.0)
+                    << "comb " << k << " n " << kN << " seed " << seed;
         }
-        // 20 Sinkhorn passes of divisions: a few ulps of drift from one exp ulp.
-        for (int k = 0; k < kN * kN; ++k)
-            ASSERT_LE(ulps(gc[size_t(k)], want.comb[size_t(k)]), 16.0)
-                << "comb " << k << " seed " << seed;
     }
 }
 

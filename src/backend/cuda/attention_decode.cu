@@ -20,6 +20,7 @@ __global__ void __launch_bounds__(kThreads)
     float *sq = tile, *sr = tile + kHeadsPerBlock * d;
     const int64_t h0 = int64_t(blockIdx.y) * kHeadsPerBlock,
                   j0 = int64_t(blockIdx.x) * kRowsPerBlock;
+    if (j0 >= n_rows) return;  // beyond the rows in use (the grid is sized for the most)
     for (int64_t i = threadIdx.x; i < kHeadsPerBlock * d; i += kThreads) {
         const int64_t h = h0 + i / d;
         sq[i] = h < n_heads ? q[h * d + i % d] : 0.0f;
@@ -43,58 +44,57 @@ __device__ __forceinline__ float exp_f(float x) {
     return static_cast<float>(exp(static_cast<double>(x)));
 }
 
-// A block of d threads mixes 8 heads: thread i owns output dim i of each of them, so each row
-// value is read once for the 8 heads. Sums run over rows in order, as on the CPU.
-__global__ void mix_kernel(float *__restrict__ scores, const float *__restrict__ rows,
-                           int64_t n_rows, const float *__restrict__ sinks, float scale,
-                           int64_t n_heads, int64_t d, float *__restrict__ o,
-                           const int64_t *__restrict__ n_rows_dev) {
+constexpr int kMixDims = 32;    // output dims of a mix block: a warp's lanes
+constexpr int kMixTile = 1024;  // rows of e staged at a time
+constexpr int kMixThreads = kHeadsPerBlock * kMixDims;
+
+// A block mixes 8 heads (warp i: head h0 + i) for 32 output dims (lane l: dim d0 + l): the grid
+// is head groups x dim slices, so a 64-head, 512-dim step runs 128 blocks. Each block computes
+// its heads' max, e_j and denominators itself (the dim slices repeat that small work rather than
+// wait for one another) and keeps e in shared memory, a tile of rows at a time. Every sum runs
+// over rows in order, as on the CPU: the denominator by lane 0 of its head's warp, each output
+// dim by its lane.
+__global__ void __launch_bounds__(kMixThreads)
+    mix_kernel(const float *__restrict__ scores, const float *__restrict__ rows, int64_t n_rows,
+               const float *__restrict__ sinks, float scale, int64_t n_heads, int64_t d,
+               float *__restrict__ o, const int64_t *__restrict__ n_rows_dev) {
     if (n_rows_dev) n_rows = *n_rows_dev;
-    __shared__ float s_max[kHeadsPerBlock], s_den[kHeadsPerBlock];
-    const int64_t h0 = int64_t(blockIdx.x) * kHeadsPerBlock;
-    const int nh = int(min(int64_t(kHeadsPerBlock), n_heads - h0));
-    const int t = threadIdx.x;
-    // 1. scale in place; the max with the sink (a max does not depend on the order).
-    for (int i = 0; i < nh; ++i) {
-        float *sc = scores + (h0 + i) * n_rows;
-        for (int64_t j = t; j < n_rows; j += blockDim.x) sc[j] = __fmul_rn(sc[j], scale);
+    __shared__ float e[kHeadsPerBlock][kMixTile];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t h = int64_t(blockIdx.x) * kHeadsPerBlock + warp;
+    const int64_t dim = int64_t(blockIdx.y) * kMixDims + lane;
+    const bool head = h < n_heads;
+    const float *sc = scores + (head ? h : 0) * n_rows;
+    // 1. m = max(sink, max_j s_j scale) (a max does not depend on the order).
+    float mx = head ? sinks[h] : 0.0f;
+    if (head)
+        for (int64_t j = lane; j < n_rows; j += 32) {
+            const float v = __fmul_rn(sc[j], scale);
+            mx = mx < v ? v : mx;
+        }
+    for (int off = 16; off > 0; off /= 2) {
+        const float other = __shfl_xor_sync(0xffffffffu, mx, off);
+        mx = mx < other ? other : mx;
     }
-    __syncthreads();
-    if (t < nh) {
-        const float *sc = scores + (h0 + t) * n_rows;
-        float mx = sinks[h0 + t];
-        for (int64_t j = 0; j < n_rows; ++j) mx = mx < sc[j] ? sc[j] : mx;  // std::max
-        s_max[t] = mx;
+    // 2. per tile: e_j = exp(s_j scale - m) into shared memory, then the sums in row order.
+    float den = head ? exp_f(__fsub_rn(sinks[h], mx)) : 0.0f, acc = 0.0f;
+    for (int64_t j0 = 0; j0 < n_rows; j0 += kMixTile) {
+        const int n = int(min(int64_t(kMixTile), n_rows - j0));
+        __syncthreads();  // the previous tile is consumed
+        if (head)
+            for (int j = lane; j < n; j += 32)
+                e[warp][j] = exp_f(__fsub_rn(__fmul_rn(sc[j0 + j], scale), mx));
+        __syncwarp();
+        if (head && lane == 0)
+            for (int j = 0; j < n; ++j) den = __fadd_rn(den, e[warp][j]);
+        if (head && dim < d) {
+            const float *v = rows + j0 * d + dim;
+            for (int j = 0; j < n; ++j)
+                acc = __fadd_rn(acc, __fmul_rn(e[warp][j], v[int64_t(j) * d]));
+        }
     }
-    __syncthreads();
-    // 2. e_j = exp(s_j - max), in place.
-    for (int i = 0; i < nh; ++i) {
-        float *sc = scores + (h0 + i) * n_rows;
-        for (int64_t j = t; j < n_rows; j += blockDim.x) sc[j] = exp_f(__fsub_rn(sc[j], s_max[i]));
-    }
-    __syncthreads();
-    // 3. the denominators, in row order.
-    if (t < nh) {
-        const float *e = scores + (h0 + t) * n_rows;
-        float den = exp_f(__fsub_rn(sinks[h0 + t], s_max[t]));
-        for (int64_t j = 0; j < n_rows; ++j) den = __fadd_rn(den, e[j]);
-        s_den[t] = den;
-    }
-    __syncthreads();
-    // 4. o = sum_j e_j v_j / den, in row order.
-    if (t >= d) return;
-    float acc[kHeadsPerBlock];
-#pragma unroll
-    for (int i = 0; i < kHeadsPerBlock; ++i) acc[i] = 0.0f;
-    for (int64_t j = 0; j < n_rows; ++j) {
-        const float v = rows[j * d + t];
-#pragma unroll
-        for (int i = 0; i < kHeadsPerBlock; ++i)
-            if (i < nh) acc[i] = __fadd_rn(acc[i], __fmul_rn(scores[(h0 + i) * n_rows + j], v));
-    }
-#pragma unroll
-    for (int i = 0; i < kHeadsPerBlock; ++i)
-        if (i < nh) o[(h0 + i) * d + t] = __fdiv_rn(acc[i], s_den[i]);
+    den = __shfl_sync(0xffffffffu, den, 0);
+    if (head && dim < d) o[h * d + dim] = __fdiv_rn(acc, den);
 }
 
 }  // namespace
@@ -115,11 +115,12 @@ void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t
 void attention_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks,
                    float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream,
                    const int64_t *n_rows_dev) {
-    if (d > 1024 || d < 1) throw ds4::Error("attention_mix: head size must be 1 to 1024");
+    if (d < 1) throw ds4::Error("attention_mix: head size must be at least 1");
     if (n_heads == 0) return;
-    const int threads = int(std::max<int64_t>(d, kHeadsPerBlock) + 31) / 32 * 32;
-    mix_kernel<<<unsigned((n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock), unsigned(threads), 0,
-                 stream>>>(scores, rows, n_rows, sinks, scale, n_heads, d, o, n_rows_dev);
+    const dim3 grid(unsigned((n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock),
+                    unsigned((d + kMixDims - 1) / kMixDims));
+    mix_kernel<<<grid, kMixThreads, 0, stream>>>(scores, rows, n_rows, sinks, scale, n_heads, d, o,
+                                                 n_rows_dev);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -22,8 +22,8 @@ namespace ds4::cuda {
 void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
                       float *scores, cudaStream_t stream, const int64_t *n_rows_dev = nullptr);
 
-// scores as attention_scores wrote them (overwritten: scaled, then by exp(s - max));
-// sinks: [n_heads]; o: [n_heads][d]. d at most 1024.
+// scores as attention_scores wrote them (read only); sinks: [n_heads]; o: [n_heads][d]. Any d,
+// any row count (e is staged a tile of rows at a time).
 void attention_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks,
                    float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream,
                    const int64_t *n_rows_dev = nullptr);

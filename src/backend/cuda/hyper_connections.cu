@@ -12,43 +12,52 @@ __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_f(-z)));
 }
 
-// runtime/hyper_connections.cpp hc_mix_from and sinkhorn, in one thread.
+// runtime/hyper_connections.cpp hc_mix_from and sinkhorn, one thread per entry of comb (n^2
+// threads): thread (i, j) owns comb[i][j] and computes the row or column sum it divides by itself,
+// in the CPU's order (so every thread of a row or column gets the same sum, bit for bit), which
+// makes a normalisation pass n additions deep instead of n^2. Sums read the other threads' values
+// from shared memory between barriers.
 __global__ void hc_mix_kernel(const float *mt, const float *s, const float *b, int n, int iters,
                               float eps, float *pre, float *post, float *comb) {
-    for (int h = 0; h < n; ++h) {
-        pre[h] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mt[h], s[0]), b[h])), eps);
-        post[h] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mt[n + h], s[1]), b[n + h])));
+    __shared__ float c[kMaxHcStreams * kMaxHcStreams];
+    const int t = threadIdx.x, i = t / n, j = t % n;
+    for (int h = t; h < 2 * n; h += blockDim.x) {
+        if (h < n)
+            pre[h] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mt[h], s[0]), b[h])), eps);
+        else
+            post[h - n] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mt[h], s[1]), b[h])));
     }
-    float c[kMaxHcStreams * kMaxHcStreams];
-    for (int i = 0; i < n; ++i) {
-        float logit[kMaxHcStreams];
-        float mx = -INFINITY;
-        for (int j = 0; j < n; ++j) {
-            logit[j] = __fadd_rn(__fmul_rn(mt[2 * n + i * n + j], s[2]), b[2 * n + i * n + j]);
-            mx = mx < logit[j] ? logit[j] : mx;  // std::max
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < n; ++j)
-            sum = __fadd_rn(sum, c[i * n + j] = exp_f(__fsub_rn(logit[j], mx)));
-        for (int j = 0; j < n; ++j) c[i * n + j] = __fadd_rn(__fdiv_rn(c[i * n + j], sum), eps);
+    // Row i's softmax: every thread of the row computes the row's logits, max and sum.
+    auto logit = [&](int q) {
+        const int k = 2 * n + i * n + q;
+        return __fadd_rn(__fmul_rn(mt[k], s[2]), b[k]);
+    };
+    float mx = -INFINITY;
+    for (int q = 0; q < n; ++q) {
+        const float l = logit(q);
+        mx = mx < l ? l : mx;  // std::max
     }
+    float sum = 0.0f, mine = 0.0f;
+    for (int q = 0; q < n; ++q) {
+        const float e = exp_f(__fsub_rn(logit(q), mx));
+        sum = __fadd_rn(sum, e);
+        if (q == j) mine = e;
+    }
+    c[t] = __fadd_rn(__fdiv_rn(mine, sum), eps);
     auto normalize = [&](bool cols) {
-        for (int a = 0; a < n; ++a) {
-            float t = 0.0f;
-            for (int q = 0; q < n; ++q) t = __fadd_rn(t, cols ? c[q * n + a] : c[a * n + q]);
-            const float den = __fadd_rn(t, eps);
-            for (int q = 0; q < n; ++q) {
-                float &v = cols ? c[q * n + a] : c[a * n + q];
-                v = __fdiv_rn(v, den);
-            }
-        }
+        __syncthreads();
+        float total = 0.0f;
+        for (int q = 0; q < n; ++q) total = __fadd_rn(total, cols ? c[q * n + j] : c[i * n + q]);
+        const float v = __fdiv_rn(c[t], __fadd_rn(total, eps));
+        __syncthreads();
+        c[t] = v;
     };
     normalize(true);
     for (int it = 1; it < iters; ++it) {
         normalize(false);
         normalize(true);
     }
-    for (int k = 0; k < n * n; ++k) comb[k] = c[k];
+    comb[t] = c[t];
 }
 
 __global__ void hc_combine_kernel(const float *__restrict__ pre, const float *__restrict__ X, int n,
@@ -73,11 +82,11 @@ __global__ void hc_post_kernel(const float *__restrict__ post, const float *__re
     }
 }
 
-// runtime/hyper_connections.cpp hc_head's stream weights, in one thread.
+// runtime/hyper_connections.cpp hc_head's stream weights, a thread per stream.
 __global__ void hc_head_weights_kernel(const float *mt, const float *s, const float *b, int n,
                                        float eps, float *w) {
-    for (int h = 0; h < n; ++h)
-        w[h] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mt[h], s[0]), b[h])), eps);
+    const int h = threadIdx.x;
+    if (h < n) w[h] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mt[h], s[0]), b[h])), eps);
 }
 
 void check_streams(int n) {
@@ -90,14 +99,15 @@ void check_streams(int n) {
 void hc_mix(const float *mixes, const float *scale, const float *base, int n, int sinkhorn_iters,
             float eps, float *pre, float *post, float *comb, cudaStream_t stream) {
     check_streams(n);
-    hc_mix_kernel<<<1, 1, 0, stream>>>(mixes, scale, base, n, sinkhorn_iters, eps, pre, post, comb);
+    hc_mix_kernel<<<1, n * n, 0, stream>>>(mixes, scale, base, n, sinkhorn_iters, eps, pre, post,
+                                           comb);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 void hc_head_weights(const float *mixes, const float *scale, const float *base, int n, float eps,
                      float *w, cudaStream_t stream) {
     check_streams(n);
-    hc_head_weights_kernel<<<1, 1, 0, stream>>>(mixes, scale, base, n, eps, w);
+    hc_head_weights_kernel<<<1, n, 0, stream>>>(mixes, scale, base, n, eps, w);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

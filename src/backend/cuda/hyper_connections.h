@@ -2,7 +2,8 @@
 // Hyper-connection glue of a decode step on the device (docs/MODEL.md 4.2), twins of
 // runtime/hyper_connections.h, operation for operation and unfused:
 //   hc_mix      hc_mix_from: pre, post and the Sinkhorn-normalised comb from the mixer outputs
-//               (one thread: n_hc is 4); exp in double rounded to f32, against the CPU's f32 libm;
+//               (a thread per entry of comb); exp in double rounded to f32, against the CPU's f32
+//               libm;
 //   hc_combine  x = sum_h pre[h] X[h], in stream order;
 //   hc_post     X'[j] = post[j] y + sum_i comb[i][j] X[i], in place, in stream order;
 //   hc_head_weights  the output head's stream weights (its pre weights).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "backend/cpu/rope.h"
@@ -123,6 +124,7 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     DS4_CUDA_CHECK(cudaMallocHost(&positions_host_, positions_.bytes()));
     if (const char *g = std::getenv("DS4_CUDA_GRAPHS"); g && std::string(g) == "0")
         use_graphs_ = false;
+    if (profile_.on()) use_graphs_ = false;  // events time launched kernels, not a graph's
 
     const backend::cpu::RopeFreqs plain =
         backend::cpu::RopeFreqs::plain(hp.n_rot, hp.rope_freq_base);
@@ -137,6 +139,11 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
                               cudaMemcpyHostToDevice));
     zero_id_ = device_array<int32_t>(1);
     DS4_CUDA_CHECK(cudaMemset(zero_id_.get(), 0, sizeof(int32_t)));
+    std::vector<int32_t> groups(std::max<uint32_t>(hp.n_out_group, 1));
+    for (size_t g = 0; g < groups.size(); ++g) groups[g] = int32_t(g);
+    group_ids_ = device_array<int32_t>(groups.size());
+    DS4_CUDA_CHECK(cudaMemcpy(group_ids_.get(), groups.data(), groups.size() * sizeof(int32_t),
+                              cudaMemcpyHostToDevice));
 
     // One token's scratch. Activations: the longest row, every selected expert's down input,
     // or the grouped output's whole input (linear_groups quantizes its groups' slices at once).
@@ -168,6 +175,11 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
 
 CudaOps::~CudaOps() {
     graph_.abort(s_);
+    profile_.report();
+    // DS4_CUDA_GRAPH_NODES: how many kernels and copies one decode step is (the profile times
+    // operations, this counts the launches they cost).
+    if (std::getenv("DS4_CUDA_GRAPH_NODES") && graph_.nodes())
+        fmt::print(stderr, "CUDA decode graph: {} nodes per step\n", graph_.nodes());
     if (tokens_host_) cudaFreeHost(tokens_host_);
     if (positions_host_) cudaFreeHost(positions_host_);
     if (s_) cudaStreamDestroy(s_);
@@ -180,6 +192,7 @@ void CudaOps::begin_batch(std::span<const int32_t> tokens) {
                                 tokens.size(), max_batch_));
     batch_ = static_cast<int64_t>(tokens.size());
     top_ = 0;
+    profile_.count_tokens(batch_);
     // The staging is free: the previous batch ended in read(), which waits for the stream.
     std::copy(tokens.begin(), tokens.end(), tokens_host_);
     const int64_t W = hp_.sliding_window, top_k = hp_.idx_top_k;
@@ -241,6 +254,16 @@ float *CudaOps::buffer(size_t n) {
 
 void CudaOps::end_batch() {
     n_past_ += batch_;
+}
+
+ProfileScope CudaOps::weight_scope(const char *op, model::Tensor w, double m) {
+    if (!profile_.on()) return ProfileScope(profile_, s_, op);
+    // "blk.3.attn_q_a.weight" -> "attn_q_a"
+    std::string role = w->name;
+    if (role.rfind("blk.", 0) == 0) role = role.substr(role.find('.', 4) + 1);
+    if (role.size() > 7 && role.ends_with(".weight")) role.resize(role.size() - 7);
+    return ProfileScope(profile_, s_, op, double(w->n_bytes) * m,
+                        role + " " + std::string(ggml_type_name(w->type)));
 }
 
 const double *CudaOps::freqs(uint32_t il) const {
@@ -306,6 +329,7 @@ void CudaOps::matvec(const DeviceMatrix &w, const float *x, float *y) {
 void CudaOps::embed(float *X) {
     if (replaying(1, {reinterpret_cast<uintptr_t>(X)})) return;
     const size_t width = size_t(hp_.n_hc) * hp_.n_embd;
+    const ProfileScope scope(profile_, s_, "embed");
     for (int64_t t = 0; t < batch_; ++t)
         cuda::embed_token(m_.embedding(), m_.embedding_type(), hp_.n_vocab, hp_.n_embd,
                           tokens_.as<int32_t>() + t, int(hp_.n_hc), X + size_t(t) * width, s_);
@@ -316,6 +340,7 @@ void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
                       reinterpret_cast<uintptr_t>(Y), uint64_t(m)}))
         return;
     const DeviceMatrix &d = m_.matrix(w);
+    const ProfileScope scope = weight_scope("linear", w, double(m));
     for (int64_t t = 0; t < m; ++t) matvec(d, X + t * d.k, Y + t * d.n_rows);
 }
 
@@ -325,18 +350,22 @@ void CudaOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, fl
         return;
     const DeviceMatrix &d = m_.matrix(w);
     const int64_t R = d.n_rows / groups, K = d.k;
+    const ProfileScope scope = weight_scope("linear", w, double(m));
     for (int64_t t = 0; t < m; ++t) {
         const float *x = X + t * groups * K;
         float *y = Y + t * groups * R;
         if (d.q8_0) {
             // Q8_0 blocks of the whole row are the blocks of its slices (K is a multiple of 32).
+            // The groups are the "experts" 0..groups-1 of an [groups][R][K] tensor, each with its
+            // own slice of x: one launch, each output the dense product's bits.
+            if (groups > group_ids_.bytes() / sizeof(int32_t))
+                throw Error(fmt::format("CUDA backend: {} output groups, the model has {}", groups,
+                                        hp_.n_out_group));
             quantize_q8_0(x, groups * K);
             const cuda::Q8_0Matrix &full = d.q8_0->matrix();
-            for (uint32_t g = 0; g < groups; ++g) {
-                const cuda::Q8_0Matrix block{full.qs + g * R * K, full.d + g * R * (K / 32), R, K};
-                cuda::matvec_q8_0(block, xq_.as<int8_t>() + g * K, xd_.as<float>() + g * (K / 32),
-                                  y + g * R, s_);
-            }
+            const cuda::Q8_0Matrix block{full.qs, full.d, R, K};
+            cuda::matvec_q8_0_experts(block, groups, group_ids_.as<int32_t>(), int(groups),
+                                      xq_.as<int8_t>(), xd_.as<float>(), true, y, s_);
         } else if (d.raw.get()) {
             const size_t elem = d.type == GgmlType::F32 ? 4 : 2;
             for (uint32_t g = 0; g < groups; ++g) {
@@ -355,6 +384,7 @@ void CudaOps::rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int
     if (replaying(4, {reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w),
                       reinterpret_cast<uintptr_t>(y), uint64_t(m), uint64_t(n)}))
         return;
+    const ProfileScope scope(profile_, s_, "rms_norm");
     cuda::rms_norm(x, m_.vec(w), y, m, n, hp_.rms_eps, s_);
 }
 
@@ -368,10 +398,17 @@ void CudaOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix,
     const DeviceMatrix &fn = m_.matrix(hc.fn);
     for (int64_t t = 0; t < m; ++t) {
         float *mt = mix + t * n_mix;
-        cuda::rms_norm(X + t * width, nullptr, flat_.as<float>(), 1, width, hp_.rms_eps, s_);
-        matvec(fn, flat_.as<float>(), mixes_.as<float>());
-        cuda::hc_mix(mixes_.as<float>(), m_.vec(hc.scale), m_.vec(hc.base), n,
-                     int(hp_.sinkhorn_iters), hp_.hc_eps, mt, mt + n, mt + 2 * n, s_);
+        {
+            const ProfileScope scope = weight_scope("hc_pre norm+mixer", hc.fn, 1);
+            cuda::rms_norm(X + t * width, nullptr, flat_.as<float>(), 1, width, hp_.rms_eps, s_);
+            matvec(fn, flat_.as<float>(), mixes_.as<float>());
+        }
+        {
+            const ProfileScope scope(profile_, s_, "hc_pre sinkhorn");
+            cuda::hc_mix(mixes_.as<float>(), m_.vec(hc.scale), m_.vec(hc.base), n,
+                         int(hp_.sinkhorn_iters), hp_.hc_eps, mt, mt + n, mt + 2 * n, s_);
+        }
+        const ProfileScope scope(profile_, s_, "hc_pre combine");
         cuda::hc_combine(mt, X + t * width, n, E, x_in + t * E, s_);
     }
 }
@@ -382,6 +419,7 @@ void CudaOps::hc_post(const float *mix, const float *y, int64_t m, float *X) {
         return;
     const int n = int(hp_.n_hc);
     const int64_t E = hp_.n_embd, n_mix = hp_.n_hc_mix();
+    const ProfileScope scope(profile_, s_, "hc_post");
     for (int64_t t = 0; t < m; ++t) {
         const float *mt = mix + t * n_mix;
         cuda::hc_post(mt + n, mt + 2 * n, y + t * E, n, E, X + t * n * E, s_);
@@ -393,6 +431,7 @@ void CudaOps::hc_head(const float *X, float *out) {
     const int n = int(hp_.n_hc);
     const int64_t E = hp_.n_embd;
     const model::ModelWeights &w = m_.weights();
+    const ProfileScope scope = weight_scope("hc_head", w.output_hc_fn, 1);
     cuda::rms_norm(X, nullptr, flat_.as<float>(), 1, n * E, hp_.rms_eps, s_);
     matvec(m_.matrix(w.output_hc_fn), flat_.as<float>(), mixes_.as<float>());
     cuda::hc_head_weights(mixes_.as<float>(), m_.vec(w.output_hc_scale), m_.vec(w.output_hc_base),
@@ -410,15 +449,18 @@ void CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *
     float *state_kv = (indexer ? st.idx_kv : st.comp_kv).as<float>();
     float *state_score = (indexer ? st.idx_score : st.comp_score).as<float>();
     const int64_t *completes = ratio_word(t, r, kStoreIndex);
+    const ProfileScope scope(profile_, s_, indexer ? "attn indexer compressor" : "attn compressor");
     // runtime/compressor.cpp compressor_push: the token's rows plus its phase's position bias,
     // into the window's slot of this phase.
     cuda::compressor_push_step(kv, score, m_.vec(indexer ? L.idx_comp_ape : L.comp_ape), W,
                                ratio_word(t, r, kPhase), overlap ? r : 0, state_kv, state_score,
                                s_);
-    // The pooled row is computed at every token (a few kernels over d values) and stored, and
-    // the window shifted, only where the token completes it: the work is the same at every
-    // position (a replayed graph), the stored rows the CPU's.
-    cuda::compressor_pool(state_kv, state_score, int(r), overlap, d, W, pooled_.as<float>(), s_);
+    // The pooled row is computed, stored and the window shifted only where the token completes
+    // it (the device word `completes`); the kernels after the pool then work on a stale row
+    // that is not stored. The work enqueued is the same at every position (a replayed graph),
+    // the stored rows the CPU's.
+    cuda::compressor_pool_if(state_kv, state_score, int(r), overlap, d, W, pooled_.as<float>(),
+                             completes, s_);
     if (overlap) cuda::compressor_shift_if(state_kv, state_score, int(r), W, completes, s_);
     float *row = comp_row_.as<float>();
     cuda::rms_norm(pooled_.as<float>(), m_.vec(indexer ? L.idx_comp_norm : L.comp_norm), row, 1, d,
@@ -455,6 +497,8 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
     for (int64_t t = 0; t < m; ++t) {
         const int64_t *pos = word(t, kPos);
         float *q = in.q + t * H * D;
+        auto qkv_scope =
+            std::make_optional<ProfileScope>(profile_, s_, "attn q/kv norm+rope+store");
         cuda::rms_norm(q, nullptr, q, H, D, hp.rms_eps, s_);
         cuda::rope_tail(q, H, D, freqs(il), n_freq, pos, false, s_);
         // The token's KV row: rmsnorm, RoPE, FP8 on the non-rotary dims, into the window ring.
@@ -464,6 +508,7 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
         if (opts_.qat_sim) cuda::fp8_e4m3_sim(kv, 1, hp.n_nope(), 64, s_);
         cuda::store_row_at(kv, D, f16_, st.raw.as<float>(), word(t, kRingSlot), s_);
 
+        qkv_scope.reset();
         // The compressed rows this token sees: all of them, or the indexer's top-k.
         const int64_t *gather = word(t, kPlainGather), *n_rows = word(t, kPlainRows);
         if (compressed) {
@@ -479,6 +524,7 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
             gather = ratio_word(t, r, kGatherIndexed);
             n_rows = ratio_word(t, r, kRowsIndexed);
             if (selects) {  // runtime/indexer.cpp indexer_select, used where count > top_k
+                const ProfileScope scope(profile_, s_, "attn indexer select");
                 float *iq = in.idx_q + t * IH * I;
                 cuda::rope_tail(iq, IH, I, freqs(il), n_freq, pos, false, s_);
                 if (opts_.qat_sim) cuda::indexer_qat(iq, IH, I, s_);
@@ -492,6 +538,7 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
         }
 
         // Visible rows: the raw window (oldest first), then the compressed rows.
+        const ProfileScope scope(profile_, s_, "attn gather+scores+mix");
         float *rows = rows_.as<float>();
         cuda::gather_rows_step(st.raw.as<float>(), window, st.comp.as<float>(),
                                selected_.as<int32_t>(), gather, max_rows, D, rows, s_);
@@ -528,13 +575,22 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
             p.token = tokens_.as<int32_t>() + t;
             p.hash_rows = static_cast<int64_t>(L.tid2eid->dim(1));
         }
+        auto scope = std::make_optional<ProfileScope>(profile_, s_, "moe route");
         cuda::route_experts(logits + t * hp.n_expert, p, ids, weights, s_);
         const float *x = XN + t * E;
+        // K of the layer's experts: K / n_expert of each tensor's bytes.
+        const double share = double(K) / double(hp.n_expert);
+        scope.reset();
+        scope.emplace(weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share));
         experts_matvec(gate, ids, K, x, false, gate_.as<float>());
         experts_matvec(up, ids, K, x, false, up_.as<float>());
+        scope.reset();
+        scope.emplace(profile_, s_, "moe swiglu");
         // ds4 weights W2's input by the route weight (docs/MODEL.md 4.6).
         cuda::swiglu_slots(gate_.as<float>(), up_.as<float>(), K, F, hp.swiglu_clamp[il], weights,
                            gate_.as<float>(), s_);
+        scope.reset();
+        scope.emplace(weight_scope("moe down", L.ffn_down_exps, share));
         experts_matvec(down, ids, K, gate_.as<float>(), true, slot_out + t * K * E);
     }
 }
@@ -543,6 +599,7 @@ void CudaOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp
     if (replaying(10, {reinterpret_cast<uintptr_t>(G), reinterpret_cast<uintptr_t>(U), uint64_t(m),
                        uint64_t(n)}))
         return;
+    const ProfileScope scope(profile_, s_, "swiglu");
     cuda::swiglu_slots(G, U, int(m), n, clamp, nullptr, G, s_);
 }
 
@@ -552,6 +609,7 @@ void CudaOps::moe_sum(const float *slot_out, const float *shared, int64_t m, flo
         return;
     const int K = int(hp_.n_expert_used);
     const int64_t E = hp_.n_embd;
+    const ProfileScope scope(profile_, s_, "moe_sum");
     for (int64_t t = 0; t < m; ++t)
         cuda::sum_slots(slot_out + t * K * E, K, E, shared + t * E, Y + t * E, s_);
 }
@@ -565,6 +623,7 @@ void CudaOps::read(const float *x, size_t n, float *host) {
     replay_ = false;
     DS4_CUDA_CHECK(cudaMemcpyAsync(host, x, n * sizeof(float), cudaMemcpyDeviceToHost, s_));
     DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+    profile_.collect();
 }
 
 std::shared_ptr<const BackendState> CudaOps::save() const {

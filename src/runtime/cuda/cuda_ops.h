@@ -24,6 +24,7 @@
 #include "backend/cuda/q8_k_quantize.h"
 #include "runtime/cuda/decode_graphs.h"
 #include "runtime/cuda/device_model.h"
+#include "runtime/cuda/op_profile.h"
 #include "runtime/ops.h"
 
 namespace ds4::runtime::cuda_backend {
@@ -120,6 +121,8 @@ class CudaOps final : public Ops {
     // and append. Returns whether a row was appended.
     void compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t t);
     const double *freqs(uint32_t il) const;
+    // A profile scope (op_profile.h) named after w's role and format, reading its bytes m times.
+    ProfileScope weight_scope(const char *op, model::Tensor w, double m);
 
     const DeviceModel &m_;
     const model::HParams &hp_;
@@ -138,12 +141,14 @@ class CudaOps final : public Ops {
     int32_t *tokens_host_ = nullptr;
     int64_t *positions_host_ = nullptr;
     DecodeGraph graph_;
+    OpProfile profile_;
     bool use_graphs_ = true, replay_ = false;
     uint64_t step_hash_ = 0;
     cuda::DeviceBuffer positions_;                 // int64 [max_batch][step_words()]
     std::map<uint32_t, size_t> ratio_row_;         // compression ratio -> its index in StepWords
     cuda::DeviceBuffer freqs_plain_, freqs_yarn_;  // double [n_rot / 2]
-    cuda::DeviceBuffer zero_id_;  // int32 0: a dense product through an expert kernel
+    cuda::DeviceBuffer zero_id_;    // int32 0: a dense product through an expert kernel
+    cuda::DeviceBuffer group_ids_;  // int32 0..n_out_group-1: a grouped product as experts
     // scratch of one token's operations
     cuda::DeviceBuffer xq_, xd_, q8k_q_, q8k_d_, q8k_bsums_, float_scratch_;
     cuda::DeviceBuffer flat_, mixes_, head_w_, kv_row_, pooled_, comp_row_;

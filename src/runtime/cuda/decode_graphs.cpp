@@ -18,6 +18,8 @@ void DecodeGraph::end_capture_and_launch(cudaStream_t stream, uint64_t step_hash
     cudaGraph_t graph = nullptr;
     capturing_ = false;
     DS4_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    nodes_ = 0;
+    DS4_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes_));
     const cudaError_t e = cudaGraphInstantiate(&exec_, graph, 0);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) {

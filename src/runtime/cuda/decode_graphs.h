@@ -32,10 +32,13 @@ class DecodeGraph {
     void launch(cudaStream_t stream, uint64_t step_hash);
     // Drops a capture left open by an exception.
     void abort(cudaStream_t stream);
+    // The captured step's node count (kernels and copies; 0 before a capture).
+    size_t nodes() const { return nodes_; }
 
   private:
     cudaGraphExec_t exec_ = nullptr;
     uint64_t hash_ = 0;
+    size_t nodes_ = 0;
     bool capturing_ = false;
 };
 

@@ -1,0 +1,77 @@
+#pragma once
+// DS4_CUDA_PROFILE=1: the time of every operation class of the CUDA backend, measured with a pair
+// of events around each operation on the session stream, summed per class and printed when the
+// session ends (one line per class: calls, ms per token, share, bytes of weights read per token
+// and the bandwidth that makes). Profiling launches every kernel (no graph: events between the
+// operations of a captured graph would not time them), so the total is the eager step's time.
+// Off, a scope costs one branch.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ds4::runtime::cuda_backend {
+
+class OpProfile {
+  public:
+    OpProfile();  // on when DS4_CUDA_PROFILE is set and not "0"
+    ~OpProfile();
+    OpProfile(const OpProfile &) = delete;
+    OpProfile &operator=(const OpProfile &) = delete;
+
+    bool on() const { return on_; }
+    // Brackets the work enqueued on s between begin and end as one call of class `key` that reads
+    // `bytes` bytes of weights. Scopes may nest (begin returns what end takes); a nested scope's
+    // time is also its parent's, so the table's classes are best kept disjoint.
+    size_t begin(cudaStream_t s, std::string key, double bytes);
+    void end(cudaStream_t s, size_t call);
+    // After the stream is synchronised: adds the pending calls' times to their classes.
+    void collect();
+    void count_tokens(int64_t n) { tokens_ += n; }
+    // The table, on stderr (nothing when off or nothing was timed).
+    void report() const;
+
+  private:
+    struct Pending {
+        cudaEvent_t start, stop;
+        std::string key;
+        double bytes;
+    };
+    struct Total {
+        int64_t calls = 0;
+        double ms = 0, bytes = 0;
+    };
+    cudaEvent_t event();
+
+    bool on_ = false;
+    std::vector<Pending> pending_;
+    std::vector<cudaEvent_t> free_;
+    std::map<std::string, Total> totals_;
+    int64_t tokens_ = 0;
+};
+
+// RAII: one operation of the profile (nothing when the profile is off).
+class ProfileScope {
+  public:
+    ProfileScope(OpProfile &p, cudaStream_t s, const char *key, double bytes = 0,
+                 const std::string &detail = {})
+        : p_(p.on() ? &p : nullptr), s_(s) {
+        if (p_) call_ = p_->begin(s, detail.empty() ? key : std::string(key) + " " + detail, bytes);
+    }
+    ~ProfileScope() {
+        if (p_) p_->end(s_, call_);
+    }
+    ProfileScope(ProfileScope &&o) noexcept : p_(o.p_), s_(o.s_), call_(o.call_) { o.p_ = nullptr; }
+    ProfileScope(const ProfileScope &) = delete;
+    ProfileScope &operator=(const ProfileScope &) = delete;
+    ProfileScope &operator=(ProfileScope &&) = delete;
+
+  private:
+    OpProfile *p_;
+    cudaStream_t s_;
+    size_t call_ = 0;
+};
+
+}  // namespace ds4::runtime::cuda_backend
