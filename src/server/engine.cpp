@@ -29,14 +29,16 @@ Engine::Engine(runtime::Model &model, const tokenizer::Tokenizer &tok, runtime::
       ctx_(session_.ctx()),
       empty_(session_.save()) {}
 
-std::vector<int32_t> Engine::prompt_tokens(const GenRequest &r) const {
+std::vector<int32_t> Engine::tokenize(const GenRequest &r) const {
     const auto mode = tokenizer::effective_think_mode(r.think, ctx_);
-    std::vector<int32_t> ids;
-    if (r.endpoint == Endpoint::Chat) {
-        ids = tok_.encode_chat_text(tokenizer::render_chat_prompt(r.messages, {}, mode));
-    } else {
-        ids = tokenizer::encode_cli_prompt(tok_, r.prompt, tokenizer::kDefaultSystemText, mode);
-    }
+    if (r.endpoint == Endpoint::Chat)
+        return tok_.encode_chat_text(tokenizer::render_chat_prompt(r.messages, {}, mode) +
+                                     r.assistant_prefill);
+    return tokenizer::encode_cli_prompt(tok_, r.prompt, tokenizer::kDefaultSystemText, mode);
+}
+
+std::vector<int32_t> Engine::prompt_tokens(const GenRequest &r) const {
+    std::vector<int32_t> ids = tokenize(r);
     if (ids.size() >= ctx_) {
         ApiError e(400,
                    fmt::format("Prompt has {} tokens, but the configured context size is {} tokens",
@@ -51,7 +53,8 @@ std::vector<int32_t> Engine::prompt_tokens(const GenRequest &r) const {
 }
 
 GenResult Engine::run(const GenRequest &r, const std::vector<int32_t> &prompt,
-                      const std::function<bool(const Delta &)> &on_delta) {
+                      const std::function<bool(const Delta &)> &on_delta,
+                      const std::function<bool(const GenResult &)> &on_start) {
     std::lock_guard lock(mu_);
     GenResult res;
     res.prompt_tokens = prompt.size();
@@ -65,6 +68,12 @@ GenResult Engine::run(const GenRequest &r, const std::vector<int32_t> &prompt,
             session_.restore(empty_);
         }
         res.cached_tokens = session_.tokens().size();
+        if (on_start && !on_start(res)) {
+            res.disconnected = true;
+            res.stop = runtime::StopReason::Interrupted;
+            res.finish_reason = "stop";
+            return res;
+        }
 
         std::atomic<bool> cancel{false};
         runtime::Sampler sampler(r.sampling);
@@ -101,6 +110,7 @@ GenResult Engine::run(const GenRequest &r, const std::vector<int32_t> &prompt,
                 d.content = matcher.push(text);
                 if (matcher.stopped()) {
                     res.stop_sequence = true;
+                    res.matched_stop = matcher.matched();
                     cancel = true;
                 }
                 if (d.content.empty()) return;

@@ -28,6 +28,7 @@ struct GenResult {
     size_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
     runtime::StopReason stop = runtime::StopReason::Length;
     bool stop_sequence = false;  // a stop sequence ended the text
+    std::string matched_stop;    // which one
     bool disconnected = false;   // on_delta reported the client gone
     double prefill_seconds = 0, generation_seconds = 0;
 };
@@ -39,14 +40,19 @@ class Engine {
            int64_t default_max_tokens, const std::atomic<bool> *shutdown);
 
     // The prompt tokens of a request: chat messages rendered as docs/SERVER.md says (no default
-    // system text), a completion prompt as `ds4 -p` renders it. Throws ApiError 400
-    // (context_length_exceeded) when it leaves no room in the context.
+    // system text) followed by the assistant prefill, a completion prompt as `ds4 -p` renders it.
+    std::vector<int32_t> tokenize(const GenRequest &r) const;
+    // The same, but throws ApiError 400 (context_length_exceeded) when the prompt leaves no room
+    // in the context.
     std::vector<int32_t> prompt_tokens(const GenRequest &r) const;
 
-    // Runs one request (waits for the slot). on_delta(d) returns false when the client is gone:
+    // Runs one request (waits for the slot). on_start(res), when given, is called once the slot
+    // is taken and the reused prefix chosen (res.prompt_tokens and res.cached_tokens are set),
+    // before the prefill. on_start and on_delta(d) return false when the client is gone:
     // generation then stops. Throws ds4::Error for an engine failure (the slot is reset).
     GenResult run(const GenRequest &r, const std::vector<int32_t> &prompt,
-                  const std::function<bool(const Delta &)> &on_delta);
+                  const std::function<bool(const Delta &)> &on_delta,
+                  const std::function<bool(const GenResult &)> &on_start = {});
 
     uint32_t ctx() const { return ctx_; }
     int64_t default_max_tokens() const { return default_max_tokens_; }

@@ -6,8 +6,11 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <nlohmann/json.hpp>
 
+#include "server/anthropic_request.h"
+#include "server/anthropic_response.h"
 #include "server/api_error.h"
 
 namespace ds4::server {
@@ -26,8 +29,63 @@ void send_json(httplib::Response &res, int status, const json &body) {
     res.set_content(dump(body), "application/json");
 }
 
-void send_error(httplib::Response &res, const ApiError &e) {
-    send_json(res, e.status, error_body(e));
+// Whose error shape a path answers with: Anthropic's under /v1/messages, else OpenAI's.
+enum class Api { OpenAI, Anthropic };
+
+Api api_of(const std::string &path) {
+    return path.starts_with("/v1/messages") ? Api::Anthropic : Api::OpenAI;
+}
+
+json error_json(Api api, const ApiError &e) {
+    return api == Api::Anthropic ? anthropic_error_body(e.status, e.what(), e.extra)
+                                 : error_body(e);
+}
+
+void send_error(httplib::Response &res, Api api, const ApiError &e) {
+    send_json(res, e.status, error_json(api, e));
+}
+
+// An internal failure: typed server_error (OpenAI) or api_error (Anthropic) by its status.
+ApiError internal_error(const std::string &message) {
+    return ApiError(500, message, "internal_error", "");
+}
+
+std::string sse_data(const json &j) {
+    return "data: " + dump(j) + "\n\n";
+}
+
+std::string sse_event(const std::string &name, const json &j) {
+    return "event: " + name + "\n" + sse_data(j);
+}
+
+// Writes one piece of a stream; false when the client is gone.
+using SendFn = std::function<bool(const std::string &)>;
+
+// Answers with an SSE stream: body(send) writes it and returns false when the client went away.
+// An exception from body ends the stream with an `event: error` in the API's shape.
+void stream_events(httplib::Response &res, Api api, const char *path,
+                   std::function<bool(const SendFn &)> body) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [api, path, body = std::move(body)](size_t, httplib::DataSink &sink) {
+            const SendFn send = [&](const std::string &s) {
+                return sink.is_writable() && sink.write(s.data(), s.size());
+            };
+            std::string failure;
+            try {
+                if (!body(send)) return false;
+            } catch (const std::exception &e) {
+                failure = e.what();
+            } catch (...) {
+                failure = "generation failed";
+            }
+            if (!failure.empty()) {
+                fmt::print(stderr, "ds4-server: {}: generation failed: {}\n", path, failure);
+                send(sse_event("error", error_json(api, internal_error(failure))));
+            }
+            sink.done();
+            return true;
+        });
 }
 
 json usage_json(const GenResult &g) {
@@ -162,15 +220,10 @@ struct HttpServer::Impl {
             return;
         }
 
-        res.set_header("Cache-Control", "no-cache");
-        res.set_chunked_content_provider("text/event-stream", [this, r, prompt, id, created, model,
-                                                               ep, path](size_t,
-                                                                         httplib::DataSink &sink) {
-            auto send_raw = [&](const std::string &s) {
-                return sink.is_writable() && sink.write(s.data(), s.size());
-            };
-            auto send = [&](const json &j) { return send_raw("data: " + dump(j) + "\n\n"); };
-            try {
+        stream_events(
+            res, Api::OpenAI, path,
+            [this, r, prompt, id, created, model, ep, path](const SendFn &send_raw) {
+                auto send = [&](const json &j) { return send_raw(sse_data(j)); };
                 const json first =
                     ep == Endpoint::Chat ? json{{"role", "assistant"}, {"content", ""}} : json("");
                 if (ep == Endpoint::Chat && !send(chunk(ep, id, created, model, first, nullptr)))
@@ -195,33 +248,62 @@ struct HttpServer::Impl {
                     send(u);
                 }
                 send_raw("data: [DONE]\n\n");
-            } catch (const std::exception &e) {
-                fmt::print(stderr, "ds4-server: {}: generation failed: {}\n", path, e.what());
-                send_raw("event: error\ndata: " +
-                         dump(error_body(500, e.what(), "internal_error")) + "\n\n");
-            } catch (...) {
-                send_raw("event: error\ndata: " +
-                         dump(error_body(500, "generation failed", "internal_error")) + "\n\n");
-            }
-            sink.done();
+                return true;
+            });
+    }
+
+    // POST /v1/messages (docs/SERVER.md, Anthropic messages).
+    void messages(const httplib::Request &req, httplib::Response &res) {
+        static constexpr const char *path = "/v1/messages";
+        auto r = std::make_shared<GenRequest>(parse_messages_request(req.body));
+        auto prompt = std::make_shared<std::vector<int32_t>>(engine.prompt_tokens(*r));
+        const std::string id = fmt::format("msg_{}", ++seq);
+        const std::string model = model_name(*r);
+        if (!r->stream) {
+            const GenResult g = engine.run(*r, *prompt, [](const Delta &) { return true; });
+            log(path, g);
+            send_json(res, 200, anthropic_message(g, id, model));
+            return;
+        }
+        stream_events(res, Api::Anthropic, path, [this, r, prompt, id, model](const SendFn &send) {
+            AnthropicStream events(id, model);
+            auto send_all = [&](const std::vector<SseEvent> &evs) {
+                for (const SseEvent &e : evs)
+                    if (!send(sse_event(e.name, e.data))) return false;
+                return true;
+            };
+            const GenResult g = engine.run(
+                *r, *prompt, [&](const Delta &d) { return send_all(events.delta(d)); },
+                [&](const GenResult &s) { return send_all(events.start(s)); });
+            log(path, g);
+            if (g.disconnected) return false;
+            send_all(events.finish(g));
             return true;
         });
     }
 
+    // POST /v1/messages/count_tokens: the prompt's length, as /v1/messages would run it.
+    void count_tokens(const httplib::Request &req, httplib::Response &res) {
+        const GenRequest r = parse_messages_request(req.body, MessagesBody::CountTokens);
+        send_json(res, 200, {{"input_tokens", engine.tokenize(r).size()}});
+    }
+
     // Runs a handler body: an ApiError is its JSON answer; anything else is an internal failure.
+    // The error shape is the one of the request's path.
     template <typename F>
-    void guarded(httplib::Response &res, F &&body) {
+    void guarded(const httplib::Request &req, httplib::Response &res, F &&body) {
+        const Api api = api_of(req.path);
         try {
             body();
         } catch (const ApiError &e) {
-            send_error(res, e);
+            send_error(res, api, e);
         } catch (const std::bad_alloc &) {
-            send_json(res, 500, error_body(500, "out of memory", "internal_error"));
+            send_error(res, api, internal_error("out of memory"));
         } catch (const std::exception &e) {
             fmt::print(stderr, "ds4-server: internal error: {}\n", e.what());
-            send_json(res, 500, error_body(500, e.what(), "internal_error"));
+            send_error(res, api, internal_error(e.what()));
         } catch (...) {
-            send_json(res, 500, error_body(500, "internal error", "internal_error"));
+            send_error(res, api, internal_error("internal error"));
         }
     }
 
@@ -241,24 +323,29 @@ struct HttpServer::Impl {
         srv.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
             if (opts.api_key.empty() || req.method == "OPTIONS" || req.path == "/health")
                 return httplib::Server::HandlerResponse::Unhandled;
+            // Either header carries the key: OpenAI clients send a bearer token, Anthropic's send
+            // x-api-key.
             const std::string auth = req.get_header_value("Authorization");
-            const std::string want = "Bearer " + opts.api_key;
-            if (same_key(auth, want)) return httplib::Server::HandlerResponse::Unhandled;
-            send_json(res, 401,
-                      error_body(401,
-                                 auth.empty() ? "missing API key: send Authorization: Bearer KEY"
-                                              : "invalid API key",
-                                 "invalid_api_key"));
+            const std::string x_key = req.get_header_value("x-api-key");
+            if (same_key(auth, "Bearer " + opts.api_key) || same_key(x_key, opts.api_key))
+                return httplib::Server::HandlerResponse::Unhandled;
+            send_error(res, api_of(req.path),
+                       ApiError(401,
+                                auth.empty() && x_key.empty()
+                                    ? "missing API key: send Authorization: Bearer KEY or "
+                                      "x-api-key: KEY"
+                                    : "invalid API key",
+                                "invalid_api_key"));
             return httplib::Server::HandlerResponse::Handled;
         });
-        srv.set_error_handler([](const httplib::Request &, httplib::Response &res) {
+        srv.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
             if (!res.body.empty() || res.status < 400) return;
-            send_json(
-                res, res.status,
-                error_body(res.status, default_message(res.status), default_code(res.status)));
+            send_error(
+                res, api_of(req.path),
+                ApiError(res.status, default_message(res.status), default_code(res.status), ""));
         });
         srv.set_exception_handler(
-            [](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {
+            [](const httplib::Request &req, httplib::Response &res, std::exception_ptr ep) {
                 std::string what = "internal error";
                 try {
                     if (ep) std::rethrow_exception(ep);
@@ -266,20 +353,20 @@ struct HttpServer::Impl {
                     what = e.what();
                 } catch (...) {
                 }
-                send_json(res, 500, error_body(500, what, "internal_error"));
+                send_error(res, api_of(req.path), internal_error(what));
             });
         srv.Options(".*",
                     [](const httplib::Request &, httplib::Response &res) { res.status = 204; });
         srv.Get("/health", [this](const httplib::Request &, httplib::Response &res) {
             send_json(res, 200, {{"status", "ok"}, {"model", opts.model_id}});
         });
-        srv.Get("/v1/models", [this](const httplib::Request &, httplib::Response &res) {
-            guarded(res, [&] {
+        srv.Get("/v1/models", [this](const httplib::Request &req, httplib::Response &res) {
+            guarded(req, res, [&] {
                 send_json(res, 200, {{"object", "list"}, {"data", json::array({model_object()})}});
             });
         });
         srv.Get("/v1/models/(.+)", [this](const httplib::Request &req, httplib::Response &res) {
-            guarded(res, [&] {
+            guarded(req, res, [&] {
                 const std::string want = req.matches[1];
                 bool known = want == opts.model_id;
                 for (const auto &a : opts.model_aliases) known = known || want == a;
@@ -291,11 +378,18 @@ struct HttpServer::Impl {
         });
         srv.Post("/v1/chat/completions",
                  [this](const httplib::Request &req, httplib::Response &res) {
-                     guarded(res, [&] { generate(req, res, Endpoint::Chat); });
+                     guarded(req, res, [&] { generate(req, res, Endpoint::Chat); });
                  });
         srv.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) {
-            guarded(res, [&] { generate(req, res, Endpoint::Completion); });
+            guarded(req, res, [&] { generate(req, res, Endpoint::Completion); });
         });
+        srv.Post("/v1/messages", [this](const httplib::Request &req, httplib::Response &res) {
+            guarded(req, res, [&] { messages(req, res); });
+        });
+        srv.Post("/v1/messages/count_tokens",
+                 [this](const httplib::Request &req, httplib::Response &res) {
+                     guarded(req, res, [&] { count_tokens(req, res); });
+                 });
     }
 };
 

@@ -1,6 +1,6 @@
 #pragma once
 // The HTTP layer of ds4-server (docs/SERVER.md): routes, API key, CORS, body limit, JSON errors,
-// non-streaming and SSE responses in the OpenAI shapes, over an Engine.
+// non-streaming and SSE responses in the OpenAI and Anthropic shapes, over an Engine.
 #include <atomic>
 #include <memory>
 #include <string>
@@ -15,7 +15,7 @@ inline constexpr size_t kMaxBodyBytes = 16u << 20;  // 16 MiB; larger bodies get
 struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8000;      // 0 = any free port
-    std::string api_key;  // empty = no authentication
+    std::string api_key;  // empty = no authentication; else a bearer token or x-api-key
     bool cors = false;
     std::string model_id;                    // the model file's base name without .gguf
     std::vector<std::string> model_aliases;  // also answered by GET /v1/models/{id}

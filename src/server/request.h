@@ -1,8 +1,8 @@
 #pragma once
 // The request bodies of POST /v1/chat/completions and POST /v1/completions, parsed and checked
 // (docs/SERVER.md, Fields honoured). Every defect of a body is an ApiError with status 400: a
-// body that is not JSON, nested deeper than kMaxDepth, not an object, a required field missing, a
-// field of the wrong type or out of range. Unknown fields are ignored.
+// body that is not JSON, nested deeper than kMaxDepth (request_fields.h), not an object, a required
+// field missing, a field of the wrong type or out of range. Unknown fields are ignored.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,17 +15,18 @@
 
 namespace ds4::server {
 
+// How a request is rendered and its output split: Chat (chat completions and Anthropic messages)
+// renders messages and splits reasoning from content; Completion wraps one prompt as `ds4 -p`.
 enum class Endpoint { Chat, Completion };
-
-inline constexpr int kMaxDepth = 256;    // nesting of arrays and objects in a body
-inline constexpr size_t kMaxStops = 16;  // stop sequences per request
-inline constexpr size_t kMaxStopBytes = 1024;
 
 struct GenRequest {
     Endpoint endpoint = Endpoint::Chat;
     std::string model;                             // echoed back as given
     std::vector<tokenizer::ChatMessage> messages;  // chat
-    std::string prompt;                            // completions
+    // Chat: text the assistant turn starts with (an Anthropic prefill), appended to the rendered
+    // prompt; the answer continues it.
+    std::string assistant_prefill;
+    std::string prompt;  // completions
     tokenizer::ThinkMode think = tokenizer::ThinkMode::kNone;
     std::optional<int64_t> max_tokens;  // absent: the server's -n
     runtime::SamplerParams sampling;    // defaults: temperature 1, top_p 1, min_p 0.05
@@ -36,9 +37,5 @@ struct GenRequest {
 
 GenRequest parse_chat_request(std::string_view body);
 GenRequest parse_completion_request(std::string_view body);
-
-// Throws ApiError 400 when `body` nests arrays/objects deeper than kMaxDepth (checked before the
-// JSON parser sees it, so a hostile body costs no memory).
-void check_nesting(std::string_view body);
 
 }  // namespace ds4::server

@@ -10,7 +10,13 @@ std::string StopMatcher::push(std::string_view text) {
     // Everything shown so far ended before any possible start of a stop sequence, so the
     // earliest match, if any, lies in held_.
     size_t first = std::string::npos;
-    for (const std::string &s : stops_) first = std::min(first, held_.find(s));
+    for (const std::string &s : stops_) {
+        const size_t at = held_.find(s);
+        if (at < first) {
+            first = at;
+            matched_ = s;
+        }
+    }
     if (first != std::string::npos) {
         stopped_ = true;
         std::string out = held_.substr(0, first);

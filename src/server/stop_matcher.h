@@ -19,10 +19,12 @@ class StopMatcher {
     // What is still held, at the end of the stream (nothing once stopped).
     std::string finish();
     bool stopped() const { return stopped_; }
+    // The stop sequence found (the first listed of those that start earliest), once stopped.
+    const std::string &matched() const { return matched_; }
 
   private:
     std::vector<std::string> stops_;
-    std::string held_;
+    std::string held_, matched_;
     bool stopped_ = false;
 };
 

@@ -1,5 +1,7 @@
 """Fixtures of the ds4-server tests: a server (ds4_server_harness.start_server), the official
-`openai` SDK client on it, and ds4's own tokenizer (`ds4 --dump-tokens`) to count rendered prompts."""
+`openai` and `anthropic` SDK clients on it, and ds4's own tokenizer (`ds4 --dump-tokens`) to count
+rendered prompts."""
+import importlib
 import json
 import subprocess
 
@@ -16,13 +18,16 @@ def server(tool, tmp_path_factory):
     assert s.proc.returncode == 0, s.log()  # SIGTERM: a clean shutdown
 
 
+def import_sdk(name):
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        pytest.fail(f"the `{name}` Python package is missing: pip install {name} (scripts/setup.sh installs it)")
+
+
 @pytest.fixture(scope="module")
 def openai_mod():
-    try:
-        import openai
-    except ImportError:
-        pytest.fail("the `openai` Python package is missing: pip install openai (scripts/setup.sh installs it)")
-    return openai
+    return import_sdk("openai")
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +35,18 @@ def client(server, openai_mod):
     c = openai_mod.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
     yield c
     c.close()  # no idle keep-alive connection left for the server's shutdown to wait out
+
+
+@pytest.fixture(scope="module")
+def anthropic_mod():
+    return import_sdk("anthropic")
+
+
+@pytest.fixture(scope="module")
+def anthropic_client(server, anthropic_mod):
+    c = anthropic_mod.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=60)
+    yield c
+    c.close()
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """What the ds4-server tests share: starting a server on a free port over the README's model
 (models/promessi-mini-q8_0.gguf: the real tokenizer, tiny weights), raw HTTP posts, and the
-prompt texts as docs/SERVER.md renders them."""
+prompt texts as docs/SERVER.md renders them (rendered_chat)."""
 import json
 import os
 import re
@@ -85,3 +85,12 @@ def post(server, path, body, headers=None, raw=False):
     except ValueError:
         parsed = None
     return status, parsed, payload
+
+
+def rendered_chat(system, turns):
+    """docs/SERVER.md, Prompt rendering: BOS, system, then USER text / ASSISTANT </think> text EOS,
+    ending ASSISTANT </think> (non-thinking)."""
+    out = BOS + system
+    for role, text in turns:
+        out += (USER + text) if role == "user" else (ASSISTANT + "</think>" + text + EOS)
+    return out + ASSISTANT + "</think>"

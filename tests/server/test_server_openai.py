@@ -3,7 +3,7 @@ streaming equal to non-streaming at temperature 0, limits, stop sequences, usage
 own tokenizer, KV reuse across turns."""
 import pytest
 
-from ds4_server_harness import ASSISTANT, BOS, EOS, MODEL_ID, USER
+from ds4_server_harness import ASSISTANT, BOS, MODEL_ID, USER, rendered_chat
 
 SYSTEM = "Sei un narratore."
 QUESTION = "Quel ramo del lago di Como"
@@ -29,15 +29,6 @@ def stream_chat(client, messages, **kw):
             text += c.delta.content or ""
             finish = c.finish_reason or finish
     return text, finish, usage, roles
-
-
-def rendered_chat(system, turns):
-    """docs/SERVER.md, Prompt rendering: BOS, system, then USER text / ASSISTANT </think> text EOS,
-    ending ASSISTANT </think> (non-thinking)."""
-    out = BOS + system
-    for role, text in turns:
-        out += (USER + text) if role == "user" else (ASSISTANT + "</think>" + text + EOS)
-    return out + ASSISTANT + "</think>"
 
 
 def test_models_list_and_retrieve(client, openai_mod):

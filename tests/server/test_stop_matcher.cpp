@@ -87,3 +87,13 @@ TEST(StopMatcher, RandomSplitsAgreeWithFind) {
         EXPECT_EQ(m.stopped(), cut != std::string::npos) << text;
     }
 }
+
+TEST(StopMatcher, TellsWhichSequenceStopped) {
+    StopMatcher m({"zz", "b", "ab"});
+    EXPECT_EQ(m.matched(), "");
+    EXPECT_EQ(run(m, {"xa", "bzz"}), "x");  // "ab" starts before "b" and "zz"
+    EXPECT_EQ(m.matched(), "ab");
+    StopMatcher tie({"cd", "c"});
+    EXPECT_EQ(run(tie, {"xcd"}), "x");  // both start at 1: the first listed
+    EXPECT_EQ(tie.matched(), "cd");
+}

@@ -1,4 +1,5 @@
-// ds4-server: an OpenAI-compatible HTTP server over the engine's session API (docs/SERVER.md).
+// ds4-server: an OpenAI- and Anthropic-compatible HTTP server over the engine's session API
+// (docs/SERVER.md).
 #include <fmt/format.h>
 #include <pthread.h>
 
@@ -64,8 +65,10 @@ int server_main(int argc, char **argv) {
     using ds4::tools::integer_at_least;
     using ds4::tools::integer_in;
     Options opt;
-    CLI::App app{"ds4-server: an OpenAI-compatible HTTP server for DeepSeek V4 Flash (ds4cpp)",
-                 kTool};
+    CLI::App app{
+        "ds4-server: an OpenAI- and Anthropic-compatible HTTP server for DeepSeek V4 Flash "
+        "(ds4cpp)",
+        kTool};
     ds4::tools::configure_app(app, kTool);
     app.add_option("-m,--model", opt.model, "GGUF model path")->default_str(opt.model);
     app.add_option("--host", opt.host, "Address to listen on")->default_str(opt.host);
@@ -82,7 +85,8 @@ int server_main(int argc, char **argv) {
         ->check(integer_in(1, std::numeric_limits<int32_t>::max()))
         ->default_str("393216");
     app.add_option("--api-key", opt.api_key,
-                   "Require 'Authorization: Bearer KEY' on every request but /health");
+                   "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on every request "
+                   "but /health");
     app.add_flag("--cors", opt.cors, "Add Access-Control-Allow-* headers to every response");
     app.add_option("-t,--threads", opt.threads,
                    "CPU threads; 0 (the default) = DS4_THREADS when set, else all cores")
