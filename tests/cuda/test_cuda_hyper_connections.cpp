@@ -52,6 +52,45 @@ TEST(CudaHc, MixEqualsCpuWithinUlps) {
     }
 }
 
+TEST(CudaHc, MixCombineEqualsMixThenCombineBitForBit) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int64_t kE = 4096 + 3;
+    // n <= 5: the one-launch kernel (shuffles); 8: the two kernels it falls back to.
+    for (int kN : {1, 2, 3, 4, 5, 8}) {
+        const int kMix = 2 * kN + kN * kN;
+        for (uint64_t seed = 1; seed <= 8; ++seed) {
+            const auto mt = random_floats(size_t(kMix), 300 + seed, 4.0f),
+                       base = random_floats(size_t(kMix), 400 + seed, 1.0f),
+                       X = random_floats(size_t(kN * kE), 500 + seed, 10.0f);
+            const std::vector<float> scale = {0.7f, 1.3f, 2.1f};
+            const DeviceBuffer dm = to_device(mt), ds = to_device(scale), db = to_device(base),
+                               dX = to_device(X);
+            auto run = [&](bool fused) {
+                DeviceBuffer mix = to_device(std::vector<float>(size_t(kMix), NAN)),
+                             x = to_device(std::vector<float>(size_t(kE), NAN));
+                float *pre = mix.as<float>(), *post = pre + kN, *comb = post + kN;
+                if (fused) {
+                    hc_mix_combine(dm.as<float>(), ds.as<float>(), db.as<float>(), kN, 20, 1e-6f,
+                                   pre, post, comb, dX.as<float>(), kE, x.as<float>(), nullptr);
+                } else {
+                    hc_mix(dm.as<float>(), ds.as<float>(), db.as<float>(), kN, 20, 1e-6f, pre, post,
+                           comb, nullptr);
+                    hc_combine(pre, dX.as<float>(), kN, kE, x.as<float>(), nullptr);
+                }
+                DS4_CUDA_CHECK(cudaDeviceSynchronize());
+                std::vector<float> out = to_host<float>(mix, size_t(kMix));
+                const auto xs = to_host<float>(x, size_t(kE));
+                out.insert(out.end(), xs.begin(), xs.end());
+                return out;
+            };
+            const auto want = run(false), got = run(true);
+            for (float v : got) ASSERT_FALSE(std::isnan(v)) << "unwritten output, n " << kN;
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+                << "n " << kN << " seed " << seed;
+        }
+    }
+}
+
 TEST(CudaHc, CombineAndPostBitForBit) {
     DS4_REQUIRE_CUDA_DEVICE();
     constexpr int kN = 4;

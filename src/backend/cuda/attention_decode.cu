@@ -2,6 +2,7 @@
 
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -15,6 +16,7 @@ __global__ void __launch_bounds__(kThreads)
     scores_kernel(const float *__restrict__ q, const float *__restrict__ rows, int64_t n_rows,
                   int64_t n_heads, int64_t d, float *__restrict__ scores,
                   const int64_t *__restrict__ n_rows_dev) {
+    dev::wait_for_previous_kernels();
     if (n_rows_dev) n_rows = *n_rows_dev;
     extern __shared__ float tile[];  // [8 heads][d], then [8 rows][d]
     float *sq = tile, *sr = tile + kHeadsPerBlock * d;
@@ -58,6 +60,7 @@ __global__ void __launch_bounds__(kMixThreads)
     mix_kernel(const float *__restrict__ scores, const float *__restrict__ rows, int64_t n_rows,
                const float *__restrict__ sinks, float scale, int64_t n_heads, int64_t d,
                float *__restrict__ o, const int64_t *__restrict__ n_rows_dev) {
+    dev::wait_for_previous_kernels();
     if (n_rows_dev) n_rows = *n_rows_dev;
     __shared__ float e[kHeadsPerBlock][kMixTile];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -107,8 +110,8 @@ void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t
     const dim3 grid(unsigned((n_rows + kRowsPerBlock - 1) / kRowsPerBlock),
                     unsigned((n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
     const size_t smem = size_t(kHeadsPerBlock + kRowsPerBlock) * size_t(d) * sizeof(float);
-    scores_kernel<<<grid, kThreads, smem, stream>>>(q, rows, n_rows, n_heads, d, scores,
-                                                    n_rows_dev);
+    launch_kernel(scores_kernel, grid, kThreads, smem, stream, q, rows, n_rows, n_heads, d, scores,
+                  n_rows_dev);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -119,8 +122,8 @@ void attention_mix(float *scores, const float *rows, int64_t n_rows, const float
     if (n_heads == 0) return;
     const dim3 grid(unsigned((n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock),
                     unsigned((d + kMixDims - 1) / kMixDims));
-    mix_kernel<<<grid, kMixThreads, 0, stream>>>(scores, rows, n_rows, sinks, scale, n_heads, d, o,
-                                                 n_rows_dev);
+    launch_kernel(mix_kernel, grid, kMixThreads, 0, stream, scores, rows, n_rows, sinks, scale,
+                  n_heads, d, o, n_rows_dev);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

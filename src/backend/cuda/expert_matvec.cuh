@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds4::cuda::expert_matvec {
 
@@ -44,6 +45,7 @@ __global__ void __launch_bounds__(kThreads)
            int64_t k, const int32_t *__restrict__ ids, bool x_per_slot,
            const int8_t *__restrict__ xq, const float *__restrict__ xd,
            const int16_t *__restrict__ xbsums, float *__restrict__ y) {
+    dev::wait_for_previous_kernels();
     if (x_per_slot) {
         xq += int64_t(blockIdx.y) * k;
         xd += int64_t(blockIdx.y) * (k / kQK);
@@ -127,8 +129,8 @@ template <class Format, int R>
 void launch_rows(dim3 grid, size_t smem, const uint8_t *wq, const uint8_t *wscales, int64_t n_rows,
                  int64_t k, const int32_t *ids, bool x_per_slot, const int8_t *xq, const float *xd,
                  const int16_t *xbsums, float *y, cudaStream_t stream) {
-    kernel<Format, R><<<grid, kThreads, smem, stream>>>(wq, wscales, n_rows, k, ids, x_per_slot, xq,
-                                                        xd, xbsums, y);
+    launch_kernel(kernel<Format, R>, grid, kThreads, smem, stream, wq, wscales, n_rows, k, ids,
+                  x_per_slot, xq, xd, xbsums, y);
 }
 
 // Up to four rows per warp while there are ~3 row groups per multiprocessor of an H200 (132);

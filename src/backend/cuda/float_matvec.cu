@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/float_matvec.h"
+#include "backend/cuda/launch.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -70,6 +71,7 @@ __global__ void __launch_bounds__(kThreads)
                         const int32_t *__restrict__ ids, bool x_per_slot,
                         const float *__restrict__ x, float *__restrict__ y,
                         double *__restrict__ partial) {
+    dev::wait_for_previous_kernels();
     constexpr int kGroups = kThreads / TPR, kWarpsPerGroup = TPR / kWarp;
     __shared__ double sums[kGroups][kWarpsPerGroup];
     const int group = threadIdx.x / TPR, t = threadIdx.x % TPR, lane = threadIdx.x % kWarp;
@@ -108,6 +110,7 @@ __global__ void __launch_bounds__(kThreads)
 // y[row] = f32(sum of the row's partial sums, in split order).
 __global__ void add_partials_kernel(const double *__restrict__ partial, int64_t n_rows, int split,
                                     float *__restrict__ y) {
+    dev::wait_for_previous_kernels();
     const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (row >= n_rows) return;
     double v = 0.0;
@@ -150,20 +153,20 @@ void launch(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x
                     unsigned(p.split), unsigned(sl.n_slots));
     switch (p.tpr) {
         case 256:
-            matvec_float_kernel<T, 256><<<grid, kThreads, 0, s>>>(
-                w.data, w.n_rows, w.k, p.span, sl.ids, sl.x_per_slot, x, y, partial);
+            launch_kernel(matvec_float_kernel<T, 256>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
+                          p.span, sl.ids, sl.x_per_slot, x, y, partial);
             break;
         case 128:
-            matvec_float_kernel<T, 128><<<grid, kThreads, 0, s>>>(
-                w.data, w.n_rows, w.k, p.span, sl.ids, sl.x_per_slot, x, y, partial);
+            launch_kernel(matvec_float_kernel<T, 128>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
+                          p.span, sl.ids, sl.x_per_slot, x, y, partial);
             break;
         case 64:
-            matvec_float_kernel<T, 64><<<grid, kThreads, 0, s>>>(
-                w.data, w.n_rows, w.k, p.span, sl.ids, sl.x_per_slot, x, y, partial);
+            launch_kernel(matvec_float_kernel<T, 64>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
+                          p.span, sl.ids, sl.x_per_slot, x, y, partial);
             break;
         default:
-            matvec_float_kernel<T, 32><<<grid, kThreads, 0, s>>>(
-                w.data, w.n_rows, w.k, p.span, sl.ids, sl.x_per_slot, x, y, partial);
+            launch_kernel(matvec_float_kernel<T, 32>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
+                          p.span, sl.ids, sl.x_per_slot, x, y, partial);
     }
 }
 
@@ -189,8 +192,8 @@ void run(const FloatMatrix &w, const Slots &sl, const float *x, float *y, void *
     if (p.split > 1) {
         // The slots' rows are consecutive in y and in the partial sums: one pass over them all.
         const int64_t rows = w.n_rows * sl.n_slots;
-        add_partials_kernel<<<unsigned((rows + 255) / 256), 256, 0, stream>>>(partial, rows,
-                                                                              p.split, y);
+        launch_kernel(add_partials_kernel, unsigned((rows + 255) / 256), 256, 0, stream, partial,
+                      rows, p.split, y);
         DS4_CUDA_CHECK(cudaGetLastError());
     }
 }

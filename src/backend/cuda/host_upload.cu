@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/host_upload.h"
+#include "backend/cuda/launch.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -20,6 +21,7 @@ constexpr size_t kChunk = size_t(64) << 20;
 __global__ void split_blocks_kernel(const uint8_t *__restrict__ src, int64_t n_blocks,
                                     int block_bytes, int seg_off, int seg_len,
                                     uint8_t *__restrict__ a, uint8_t *__restrict__ b) {
+    dev::wait_for_previous_kernels();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n_blocks) return;
     const uint8_t *blk = src + i * block_bytes;
@@ -134,10 +136,10 @@ void upload_split_blocks(const void *src, int64_t n_blocks, int block_bytes, int
                DS4_CUDA_CHECK(cudaMemcpyAsync(raw, pinned, n, cudaMemcpyHostToDevice, st.stream()));
                const int64_t first = int64_t(off / size_t(block_bytes)),
                              count = int64_t(n / size_t(block_bytes));
-               split_blocks_kernel<<<unsigned((count + 255) / 256), 256, 0, st.stream()>>>(
-                   raw, count, block_bytes, seg_off, seg_len,
-                   static_cast<uint8_t *>(plane_a) + first * seg_len,
-                   static_cast<uint8_t *>(plane_b) + first * (block_bytes - seg_len));
+               launch_kernel(split_blocks_kernel, unsigned((count + 255) / 256), 256, 0,
+                             st.stream(), raw, count, block_bytes, seg_off, seg_len,
+                             static_cast<uint8_t *>(plane_a) + first * seg_len,
+                             static_cast<uint8_t *>(plane_b) + first * (block_bytes - seg_len));
                DS4_CUDA_CHECK(cudaGetLastError());
            });
 }

@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hyper_connections.h"
+#include "backend/cuda/launch.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -19,6 +20,7 @@ __device__ __forceinline__ float sigmoid(float z) {
 // from shared memory between barriers.
 __global__ void hc_mix_kernel(const float *mt, const float *s, const float *b, int n, int iters,
                               float eps, float *pre, float *post, float *comb) {
+    dev::wait_for_previous_kernels();
     __shared__ float c[kMaxHcStreams * kMaxHcStreams];
     const int t = threadIdx.x, i = t / n, j = t % n;
     for (int h = t; h < 2 * n; h += blockDim.x) {
@@ -60,8 +62,70 @@ __global__ void hc_mix_kernel(const float *mt, const float *s, const float *b, i
     comb[t] = c[t];
 }
 
+// hc_mix then hc_combine in one launch, for n^2 <= 32 (the model's n is 4): warp 0 computes the
+// mix with lane i n + j owning comb[i][j], every sum gathered by shuffles in the CPU's order (no
+// barrier between Sinkhorn passes), then the whole block combines the streams with those pre
+// weights. The bits are hc_mix's and hc_combine's.
+constexpr int kMixCombineThreads = 256;
+__global__ void __launch_bounds__(kMixCombineThreads)
+    hc_mix_combine_kernel(const float *mt, const float *s, const float *b, int n, int iters,
+                          float eps, float *pre, float *post, float *comb,
+                          const float *__restrict__ X, int64_t e, float *__restrict__ x) {
+    dev::wait_for_previous_kernels();
+    __shared__ float s_pre[kMaxHcStreams];
+    const int t = threadIdx.x;
+    if (t < 32) {
+        const int nn = n * n, i = t / n, j = t % n;
+        const bool mine = t < nn;
+        if (t < 2 * n) {
+            const float v = t < n
+                                ? __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mt[t], s[0]), b[t])), eps)
+                                : __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mt[t], s[1]), b[t])));
+            if (t < n) {
+                pre[t] = v;
+                s_pre[t] = v;
+            } else {
+                post[t - n] = v;
+            }
+        }
+        // Row i's softmax over its lanes: the max, then e_j and their sum in the order of j.
+        const float l = mine ? __fadd_rn(__fmul_rn(mt[2 * n + t], s[2]), b[2 * n + t]) : 0.0f;
+        const int row0 = mine ? i * n : 0;
+        float mx = -INFINITY;
+        for (int q = 0; q < n; ++q) {
+            const float v = __shfl_sync(0xffffffffu, l, row0 + q);
+            mx = mx < v ? v : mx;  // std::max
+        }
+        const float ex = exp_f(__fsub_rn(l, mx));
+        float sum = 0.0f;
+        for (int q = 0; q < n; ++q) sum = __fadd_rn(sum, __shfl_sync(0xffffffffu, ex, row0 + q));
+        float c = __fadd_rn(__fdiv_rn(ex, sum), eps);
+        auto normalize = [&](bool cols) {
+            float total = 0.0f;
+            for (int q = 0; q < n; ++q) {
+                const int src = mine ? (cols ? q * n + j : i * n + q) : 0;
+                total = __fadd_rn(total, __shfl_sync(0xffffffffu, c, src));
+            }
+            c = __fdiv_rn(c, __fadd_rn(total, eps));
+        };
+        normalize(true);
+        for (int it = 1; it < iters; ++it) {
+            normalize(false);
+            normalize(true);
+        }
+        if (mine) comb[t] = c;
+    }
+    __syncthreads();
+    for (int64_t d = t; d < e; d += kMixCombineThreads) {
+        float acc = 0.0f;
+        for (int h = 0; h < n; ++h) acc = __fadd_rn(acc, __fmul_rn(s_pre[h], X[h * e + d]));
+        x[d] = acc;
+    }
+}
+
 __global__ void hc_combine_kernel(const float *__restrict__ pre, const float *__restrict__ X, int n,
                                   int64_t e, float *__restrict__ x) {
+    dev::wait_for_previous_kernels();
     const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (d >= e) return;
     float acc = 0.0f;
@@ -71,6 +135,7 @@ __global__ void hc_combine_kernel(const float *__restrict__ pre, const float *__
 
 __global__ void hc_post_kernel(const float *__restrict__ post, const float *__restrict__ comb,
                                const float *__restrict__ y, int n, int64_t e, float *X) {
+    dev::wait_for_previous_kernels();
     const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (d >= e) return;
     float xi[kMaxHcStreams];
@@ -85,6 +150,7 @@ __global__ void hc_post_kernel(const float *__restrict__ post, const float *__re
 // runtime/hyper_connections.cpp hc_head's stream weights, a thread per stream.
 __global__ void hc_head_weights_kernel(const float *mt, const float *s, const float *b, int n,
                                        float eps, float *w) {
+    dev::wait_for_previous_kernels();
     const int h = threadIdx.x;
     if (h < n) w[h] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mt[h], s[0]), b[h])), eps);
 }
@@ -99,22 +165,36 @@ void check_streams(int n) {
 void hc_mix(const float *mixes, const float *scale, const float *base, int n, int sinkhorn_iters,
             float eps, float *pre, float *post, float *comb, cudaStream_t stream) {
     check_streams(n);
-    hc_mix_kernel<<<1, n * n, 0, stream>>>(mixes, scale, base, n, sinkhorn_iters, eps, pre, post,
-                                           comb);
+    launch_kernel(hc_mix_kernel, 1, n * n, 0, stream, mixes, scale, base, n, sinkhorn_iters, eps,
+                  pre, post, comb);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_mix_combine(const float *mixes, const float *scale, const float *base, int n,
+                    int sinkhorn_iters, float eps, float *pre, float *post, float *comb,
+                    const float *X, int64_t e, float *x, cudaStream_t stream) {
+    check_streams(n);
+    if (n * n > 32) {  // more entries than a warp's lanes: the two kernels
+        hc_mix(mixes, scale, base, n, sinkhorn_iters, eps, pre, post, comb, stream);
+        hc_combine(pre, X, n, e, x, stream);
+        return;
+    }
+    launch_kernel(hc_mix_combine_kernel, 1, kMixCombineThreads, 0, stream, mixes, scale, base, n,
+                  sinkhorn_iters, eps, pre, post, comb, X, e, x);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 void hc_head_weights(const float *mixes, const float *scale, const float *base, int n, float eps,
                      float *w, cudaStream_t stream) {
     check_streams(n);
-    hc_head_weights_kernel<<<1, n, 0, stream>>>(mixes, scale, base, n, eps, w);
+    launch_kernel(hc_head_weights_kernel, 1, n, 0, stream, mixes, scale, base, n, eps, w);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 void hc_combine(const float *pre, const float *X, int n, int64_t e, float *x, cudaStream_t stream) {
     check_streams(n);
     if (e == 0) return;
-    hc_combine_kernel<<<unsigned((e + 255) / 256), 256, 0, stream>>>(pre, X, n, e, x);
+    launch_kernel(hc_combine_kernel, unsigned((e + 255) / 256), 256, 0, stream, pre, X, n, e, x);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -122,7 +202,8 @@ void hc_post(const float *post, const float *comb, const float *y, int n, int64_
              cudaStream_t stream) {
     check_streams(n);
     if (e == 0) return;
-    hc_post_kernel<<<unsigned((e + 255) / 256), 256, 0, stream>>>(post, comb, y, n, e, X);
+    launch_kernel(hc_post_kernel, unsigned((e + 255) / 256), 256, 0, stream, post, comb, y, n, e,
+                  X);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

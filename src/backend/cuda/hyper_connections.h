@@ -26,6 +26,12 @@ void hc_mix(const float *mixes, const float *scale, const float *base, int n, in
 void hc_head_weights(const float *mixes, const float *scale, const float *base, int n, float eps,
                      float *w, cudaStream_t stream);
 
+// hc_mix then hc_combine(pre, X, n, e, x), one launch when n^2 <= 32 (a warp's lanes hold
+// comb; the Sinkhorn sums are shuffles), the two kernels otherwise: the same bits either way.
+void hc_mix_combine(const float *mixes, const float *scale, const float *base, int n,
+                    int sinkhorn_iters, float eps, float *pre, float *post, float *comb,
+                    const float *X, int64_t e, float *x, cudaStream_t stream);
+
 // X: n streams of e values; x: e values.
 void hc_combine(const float *pre, const float *X, int n, int64_t e, float *x, cudaStream_t stream);
 

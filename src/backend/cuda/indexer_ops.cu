@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/indexer_ops.h"
+#include "backend/cuda/launch.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -20,6 +21,7 @@ __global__ void __launch_bounds__(kScoreThreads)
     indexer_scores_kernel(const float *__restrict__ q, const float *__restrict__ w, float wscale,
                           const float *__restrict__ rows, int64_t n_rows, int n_heads, int head_dim,
                           float *__restrict__ score, const int64_t *__restrict__ n_rows_dev) {
+    dev::wait_for_previous_kernels();
     if (n_rows_dev) n_rows = *n_rows_dev;
     extern __shared__ float smem[];
     const int H = n_heads, I = head_dim, q_stride = I + 1, p_stride = H + 1;
@@ -99,6 +101,7 @@ __device__ uint32_t block_exclusive_sum(uint32_t v, uint32_t *warp_sums) {
 __global__ void __launch_bounds__(kTopKThreads)
     top_k_kernel(const float *__restrict__ score, uint32_t n, uint32_t k, int32_t *__restrict__ out,
                  const int64_t *__restrict__ n_dev) {
+    dev::wait_for_previous_kernels();
     if (n_dev) {  // the count read on the device: nothing to select while it is at most k
         if (*n_dev <= int64_t(k)) return;
         n = uint32_t(*n_dev);
@@ -164,8 +167,8 @@ void indexer_scores(const float *q, const float *w, float wscale, const float *r
         throw ds4::Error("indexer_scores: n_heads x head_dim does not fit 48 KiB of shared memory");
     const int64_t n_tiles = (n_rows + kTileRows - 1) / kTileRows;
     const unsigned grid = unsigned(std::min(n_tiles, kScoreBlocks));
-    indexer_scores_kernel<<<grid, kScoreThreads, smem, stream>>>(
-        q, w, wscale, rows, n_rows, n_heads, head_dim, score, n_rows_dev);
+    launch_kernel(indexer_scores_kernel, grid, kScoreThreads, smem, stream, q, w, wscale, rows,
+                  n_rows, n_heads, head_dim, score, n_rows_dev);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -178,7 +181,8 @@ void top_k_ascending(const float *score, int64_t n, int64_t k, int32_t *out, voi
     if (k < 0 || k > n || n >= (int64_t(1) << 31))
         throw ds4::Error("top_k_ascending: needs 0 <= k <= n < 2^31");
     if (k == 0) return;
-    top_k_kernel<<<1, kTopKThreads, 0, stream>>>(score, uint32_t(n), uint32_t(k), out, n_dev);
+    launch_kernel(top_k_kernel, 1, kTopKThreads, 0, stream, score, uint32_t(n), uint32_t(k), out,
+                  n_dev);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,5 +1,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kv_ops.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/row_device.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -11,55 +13,16 @@ unsigned blocks_for(int64_t n, int threads = kThreads) {
     return unsigned((n + threads - 1) / threads);
 }
 
-// quant::ref::f32_to_f16 (quant/float_formats.cpp), operation for operation.
-__device__ __forceinline__ uint32_t f32_to_f16_bits(float f) {
-    const uint32_t bits = __float_as_uint(f);
-    const uint32_t sign = (bits >> 16) & 0x8000u;
-    const uint32_t magnitude = bits & 0x7fffffffu;
-    if (magnitude > 0x7f800000u)  // NaN: the quiet bit set, the top payload bits kept
-        return sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu);
-    if (magnitude >= 0x477ff000u) return sign | 0x7c00u;  // 65520 and above: inf
-    if (magnitude >= 0x38800000u) {                       // normal f16: round to nearest even
-        const uint32_t rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
-        return (sign | ((rounded - (112u << 23)) >> 13)) & 0xffffu;
-    }
-    // subnormal f16: round_even(|f| / 2^-24)
-    const uint32_t e = magnitude >> 23;
-    const uint32_t shift = 126 - e;
-    if (e == 0 || shift > 24) return sign;  // below 2^-25, or exactly it (a tie to 0)
-    const uint32_t m = (magnitude & 0x7fffffu) | 0x800000u;
-    uint32_t q = m >> shift;
-    const uint32_t rest = m & ((1u << shift) - 1);
-    const uint32_t half = 1u << (shift - 1);
-    if (rest > half || (rest == half && (q & 1u))) ++q;  // may carry into the smallest normal
-    return sign | q;
-}
-
-// quant::ref::f16_to_f32, exact.
-__device__ __forceinline__ float f16_bits_to_f32(uint32_t h) {
-    const uint32_t sign = (h & 0x8000u) << 16;
-    const uint32_t exponent = (h >> 10) & 0x1fu;
-    const uint32_t mantissa = h & 0x3ffu;
-    if (exponent == 0)  // zero or subnormal: mantissa * 2^-24, exact in f32
-        return __uint_as_float(sign |
-                               __float_as_uint(__fmul_rn(__uint2float_rn(mantissa), 0x1p-24f)));
-    if (exponent == 31) return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
-    return __uint_as_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
-}
-
-__device__ __forceinline__ float exp_f(float x) {
-    return static_cast<float>(exp(static_cast<double>(x)));
-}
-
 __global__ void store_row_kernel(const float *__restrict__ row, int64_t d, bool f16_round,
                                  float *__restrict__ dst, const int64_t *__restrict__ index) {
+    dev::wait_for_previous_kernels();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (index) {  // the row's index, read on the device; negative: nothing to store
         if (*index < 0) return;
         dst += *index * d;
     }
     if (i >= d) return;
-    dst[i] = f16_round ? f16_bits_to_f32(f32_to_f16_bits(row[i])) : row[i];
+    dst[i] = f16_round ? dev::f16_bits_to_f32(dev::f32_to_f16_bits(row[i])) : row[i];
 }
 
 // One block per output row.
@@ -67,6 +30,7 @@ __global__ void gather_rows_kernel(const float *__restrict__ ring, int64_t windo
                                    int64_t n_raw, const float *__restrict__ comp,
                                    const int32_t *__restrict__ selected, int64_t d,
                                    float *__restrict__ out, const int64_t *__restrict__ words) {
+    dev::wait_for_previous_kernels();
     const int64_t i = blockIdx.x;
     if (words) {  // first, n_raw, n_sel, use_selected, read on the device
         first = words[0];
@@ -86,6 +50,7 @@ __global__ void compressor_push_kernel(const float *__restrict__ kv_in,
                                        int64_t slot, float *__restrict__ state_kv,
                                        float *__restrict__ state_score,
                                        const int64_t *__restrict__ phase) {
+    dev::wait_for_previous_kernels();
     const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (phase) {  // the token's phase in its window, read on the device; slot is then the base
         slot += *phase;
@@ -101,30 +66,17 @@ __global__ void compressor_pool_kernel(const float *__restrict__ kv,
                                        const float *__restrict__ score, int r, bool overlap,
                                        int64_t d, int64_t width, float *__restrict__ pooled,
                                        const int64_t *__restrict__ when) {
+    dev::wait_for_previous_kernels();
     if (when && *when < 0) return;  // the window did not complete: pooled is left as it was
     const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (j >= d) return;
-    const int n = overlap ? 2 * r : r;
-    const auto at = [&](int i) { return int64_t(i) * width + (overlap && i >= r ? d + j : j); };
-    float mx = score[at(0)];
-    for (int i = 1; i < n; ++i)
-        if (mx < score[at(i)]) mx = score[at(i)];  // std::max_element's value
-    if (mx == -INFINITY) {
-        pooled[j] = 0.0f;
-        return;
-    }
-    float den = 0.0f, num = 0.0f;
-    for (int i = 0; i < n; ++i) {
-        const float e = exp_f(__fsub_rn(score[at(i)], mx));
-        den = __fadd_rn(den, e);
-        num = __fadd_rn(num, __fmul_rn(e, kv[at(i)]));
-    }
-    pooled[j] = __fdiv_rn(num, den);
+    pooled[j] = dev::pool_column(kv, score, r, overlap, d, width, j);
 }
 
 // rows r..2r-1 -> rows 0..r-1 of both arrays (disjoint ranges).
 __global__ void compressor_shift_kernel(float *__restrict__ kv, float *__restrict__ score,
                                         int64_t n, const int64_t *__restrict__ when) {
+    dev::wait_for_previous_kernels();
     if (when && *when < 0) return;  // the window did not complete
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -137,7 +89,8 @@ __global__ void compressor_shift_kernel(float *__restrict__ kv, float *__restric
 void store_row(const float *row, int64_t d, bool f16_round, float *dst, cudaStream_t stream) {
     if (d < 0) throw ds4::Error("store_row: negative row size");
     if (d == 0) return;
-    store_row_kernel<<<blocks_for(d), kThreads, 0, stream>>>(row, d, f16_round, dst, nullptr);
+    launch_kernel(store_row_kernel, blocks_for(d), kThreads, 0, stream, row, d, f16_round, dst,
+                  nullptr);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -149,8 +102,8 @@ void gather_rows(const float *ring, int64_t window, int64_t first, int64_t n_raw
     const int64_t n_rows = n_raw + n_sel;
     if (n_rows == 0) return;
     if (n_rows > 0x7fffffff) throw ds4::Error("gather_rows: too many rows");
-    gather_rows_kernel<<<unsigned(n_rows), 128, 0, stream>>>(ring, window, first, n_raw, comp,
-                                                             selected, d, out, nullptr);
+    launch_kernel(gather_rows_kernel, unsigned(n_rows), 128, 0, stream, ring, window, first, n_raw,
+                  comp, selected, d, out, nullptr);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -158,8 +111,8 @@ void compressor_push(const float *kv_in, const float *sc_in, const float *ape_ro
                      int64_t slot, float *state_kv, float *state_score, cudaStream_t stream) {
     if (width < 0 || slot < 0) throw ds4::Error("compressor_push: bad width or slot");
     if (width == 0) return;
-    compressor_push_kernel<<<blocks_for(width), kThreads, 0, stream>>>(
-        kv_in, sc_in, ape_row, width, slot, state_kv, state_score, nullptr);
+    launch_kernel(compressor_push_kernel, blocks_for(width), kThreads, 0, stream, kv_in, sc_in,
+                  ape_row, width, slot, state_kv, state_score, nullptr);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -176,8 +129,8 @@ void compressor_pool_if(const float *state_kv, const float *state_score, int rat
     if (d == 0) return;
     // Small blocks: d is a few hundred columns, spread over as many multiprocessors as it allows.
     constexpr int kPoolThreads = 64;
-    compressor_pool_kernel<<<blocks_for(d, kPoolThreads), kPoolThreads, 0, stream>>>(
-        state_kv, state_score, ratio, overlap, d, width, pooled, when);
+    launch_kernel(compressor_pool_kernel, blocks_for(d, kPoolThreads), kPoolThreads, 0, stream,
+                  state_kv, state_score, ratio, overlap, d, width, pooled, when);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -186,15 +139,16 @@ void compressor_shift(float *state_kv, float *state_score, int ratio, int64_t wi
     if (ratio < 1 || width < 0) throw ds4::Error("compressor_shift: bad ratio or width");
     const int64_t n = int64_t(ratio) * width;
     if (n == 0) return;
-    compressor_shift_kernel<<<blocks_for(n), kThreads, 0, stream>>>(state_kv, state_score, n,
-                                                                    nullptr);
+    launch_kernel(compressor_shift_kernel, blocks_for(n), kThreads, 0, stream, state_kv,
+                  state_score, n, nullptr);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 void store_row_at(const float *row, int64_t d, bool f16_round, float *base, const int64_t *index,
                   cudaStream_t stream) {
     if (d <= 0) throw ds4::Error("store_row_at: bad row size");
-    store_row_kernel<<<blocks_for(d), kThreads, 0, stream>>>(row, d, f16_round, base, index);
+    launch_kernel(store_row_kernel, blocks_for(d), kThreads, 0, stream, row, d, f16_round, base,
+                  index);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -203,8 +157,8 @@ void gather_rows_step(const float *ring, int64_t window, const float *comp, cons
                       cudaStream_t stream) {
     if (d <= 0 || window <= 0 || max_rows <= 0 || max_rows > 0x7fffffff)
         throw ds4::Error("gather_rows_step: bad window or row geometry");
-    gather_rows_kernel<<<unsigned(max_rows), 128, 0, stream>>>(ring, window, 0, 0, comp, selected,
-                                                               d, out, words);
+    launch_kernel(gather_rows_kernel, unsigned(max_rows), 128, 0, stream, ring, window, 0, 0, comp,
+                  selected, d, out, words);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -212,8 +166,8 @@ void compressor_push_step(const float *kv_in, const float *sc_in, const float *a
                           const int64_t *phase, int64_t slot_base, float *state_kv,
                           float *state_score, cudaStream_t stream) {
     if (width <= 0 || slot_base < 0) throw ds4::Error("compressor_push_step: bad width or slot");
-    compressor_push_kernel<<<blocks_for(width), kThreads, 0, stream>>>(
-        kv_in, sc_in, ape, width, slot_base, state_kv, state_score, phase);
+    launch_kernel(compressor_push_kernel, blocks_for(width), kThreads, 0, stream, kv_in, sc_in, ape,
+                  width, slot_base, state_kv, state_score, phase);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -221,7 +175,8 @@ void compressor_shift_if(float *state_kv, float *state_score, int ratio, int64_t
                          const int64_t *when, cudaStream_t stream) {
     if (ratio < 1 || width <= 0) throw ds4::Error("compressor_shift_if: bad ratio or width");
     const int64_t n = int64_t(ratio) * width;
-    compressor_shift_kernel<<<blocks_for(n), kThreads, 0, stream>>>(state_kv, state_score, n, when);
+    launch_kernel(compressor_shift_kernel, blocks_for(n), kThreads, 0, stream, state_kv,
+                  state_score, n, when);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/moe_ops.h"
 #include "common/error.h"
 
@@ -34,6 +35,7 @@ __device__ __forceinline__ bool before(float v, int i, float w, int j) {
 __global__ void __launch_bounds__(kThreads)
     route_kernel(const float *__restrict__ logits, RouteDeviceParams p,
                  int32_t *__restrict__ experts, float *__restrict__ weights) {
+    dev::wait_for_previous_kernels();
     __shared__ float prob[1024], biased[1024];
     __shared__ float best_v[kThreads / 32];
     __shared__ int best_i[kThreads / 32];
@@ -88,6 +90,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void swiglu_kernel(const float *__restrict__ g, const float *__restrict__ u,
                               int64_t total, int64_t n, float clamp,
                               const float *__restrict__ weights, float *__restrict__ out) {
+    dev::wait_for_previous_kernels();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= total) return;
     const bool on = clamp > 1e-6f;
@@ -100,6 +103,7 @@ __global__ void swiglu_kernel(const float *__restrict__ g, const float *__restri
 
 __global__ void sum_slots_kernel(const float *__restrict__ o, int n_slots, int64_t n,
                                  const float *__restrict__ shared, float *__restrict__ y) {
+    dev::wait_for_previous_kernels();
     const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (j >= n) return;
     float acc = 0.0f;
@@ -121,7 +125,7 @@ void route_experts(const float *logits, const RouteDeviceParams &p, int32_t *exp
         throw ds4::Error("route_experts: the CUDA router takes up to 1024 experts, 64 selected");
     if (p.hash_table && (!p.token || p.hash_rows <= 0))
         throw ds4::Error("route_experts: a hash table needs the token and its row count");
-    route_kernel<<<1, kThreads, 0, stream>>>(logits, p, experts, weights);
+    launch_kernel(route_kernel, 1, kThreads, 0, stream, logits, p, experts, weights);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -129,14 +133,15 @@ void swiglu_slots(const float *g, const float *u, int n_slots, int64_t n, float 
                   const float *weights, float *out, cudaStream_t stream) {
     const int64_t total = int64_t(n_slots) * n;
     if (total == 0) return;
-    swiglu_kernel<<<blocks_for(total), kThreads, 0, stream>>>(g, u, total, n, clamp, weights, out);
+    launch_kernel(swiglu_kernel, blocks_for(total), kThreads, 0, stream, g, u, total, n, clamp,
+                  weights, out);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 void sum_slots(const float *o, int n_slots, int64_t n, const float *shared, float *y,
                cudaStream_t stream) {
     if (n == 0) return;
-    sum_slots_kernel<<<blocks_for(n), kThreads, 0, stream>>>(o, n_slots, n, shared, y);
+    launch_kernel(sum_slots_kernel, blocks_for(n), kThreads, 0, stream, o, n_slots, n, shared, y);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cuda/host_upload.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/q8_0_matvec.h"
 #include "common/error.h"
 #include "quant/blocks.h"
@@ -18,6 +19,7 @@ constexpr int kLaneBytes = 16;  // one int4 load: half a block
 // One warp per block of 32 activations: lane i owns x[i].
 __global__ void quantize_q8_0_activation_kernel(const float *__restrict__ x, int64_t n_blocks,
                                                 int8_t *__restrict__ xq, float *__restrict__ xd) {
+    dev::wait_for_previous_kernels();
     const int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
     const int lane = threadIdx.x % kWarp;
     if (b >= n_blocks) return;
@@ -61,6 +63,7 @@ __global__ void __launch_bounds__(256)
                        int64_t n_rows, int64_t k, const int32_t *__restrict__ ids,
                        int64_t n_experts, bool x_per_slot, const int8_t *__restrict__ xq,
                        const float *__restrict__ xd, float *__restrict__ y) {
+    dev::wait_for_previous_kernels();
     constexpr int kGroups = 256 / TPR, kWarpsPerGroup = TPR / kWarp;
     __shared__ float partial[kGroups][kWarpsPerGroup][R];
     const int group = threadIdx.x / TPR, t = threadIdx.x % TPR, lane = threadIdx.x % kWarp;
@@ -148,8 +151,8 @@ void launch_matvec(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, const 
                    cudaStream_t stream) {
     constexpr int kRowsPerBlock = 256 / TPR * R;
     const dim3 grid(unsigned((w.n_rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(s.n_slots));
-    matvec_q8_0_kernel<TPR, R><<<grid, 256, 0, stream>>>(w.qs, w.d, w.n_rows, w.k, s.ids,
-                                                         s.n_experts, s.x_per_slot, xq, xd, y);
+    launch_kernel(matvec_q8_0_kernel<TPR, R>, grid, 256, 0, stream, w.qs, w.d, w.n_rows, w.k, s.ids,
+                  s.n_experts, s.x_per_slot, xq, xd, y);
 }
 
 template <int TPR>
@@ -219,7 +222,8 @@ void quantize_q8_0_activation(const float *x, int64_t k, int8_t *xq, float *xd,
     const int64_t n_blocks = k / kBlock;
     constexpr int kThreads = 256;
     const int64_t grid = (n_blocks * kWarp + kThreads - 1) / kThreads;
-    quantize_q8_0_activation_kernel<<<unsigned(grid), kThreads, 0, stream>>>(x, n_blocks, xq, xd);
+    launch_kernel(quantize_q8_0_activation_kernel, unsigned(grid), kThreads, 0, stream, x, n_blocks,
+                  xq, xd);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

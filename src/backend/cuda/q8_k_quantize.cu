@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/q8_k_quantize.h"
 #include "common/error.h"
 
@@ -11,6 +12,7 @@ constexpr int kQK = 256;
 __global__ void __launch_bounds__(kQK)
     quantize_q8_K_kernel(const float *__restrict__ x, int8_t *__restrict__ q, float *__restrict__ d,
                          int16_t *__restrict__ bsums) {
+    dev::wait_for_previous_kernels();
     __shared__ float s_amax[kQK / 32];
     __shared__ int s_index[kQK / 32];
     __shared__ float s_vmax;
@@ -71,7 +73,8 @@ void quantize_q8_K_activation(const float *x, int64_t k, const Q8_KActivation &o
                               cudaStream_t stream) {
     if (k % kQK != 0) throw ds4::Error("Q8_K activations must hold a multiple of 256 values");
     if (k == 0) return;
-    quantize_q8_K_kernel<<<unsigned(k / kQK), kQK, 0, stream>>>(x, out.q, out.d, out.bsums);
+    launch_kernel(quantize_q8_K_kernel, unsigned(k / kQK), kQK, 0, stream, x, out.q, out.d,
+                  out.bsums);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,6 +1,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/token_io.h"
 #include "common/error.h"
 
@@ -12,6 +13,7 @@ constexpr int kThreads = 1024;
 template <typename T>
 __global__ void embed_kernel(const T *__restrict__ table, int64_t n_vocab, int64_t e,
                              const int32_t *__restrict__ token, int n_hc, float *__restrict__ out) {
+    dev::wait_for_previous_kernels();
     const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (d >= e) return;
     const int64_t t = min(max(int64_t(*token), int64_t(0)), n_vocab - 1);
@@ -32,6 +34,7 @@ __device__ __forceinline__ bool better(float v, int64_t i, float w, int64_t j) {
 // One block: a strided pass per thread, then a fixed-order tree over the block.
 __global__ void __launch_bounds__(kThreads)
     argmax_kernel(const float *__restrict__ x, int64_t n, int32_t *__restrict__ token) {
+    dev::wait_for_previous_kernels();
     __shared__ float sv[kThreads];
     __shared__ int64_t si[kThreads];
     float v = NAN;
@@ -59,11 +62,11 @@ void embed_token(const void *table, GgmlType type, int64_t n_vocab, int64_t e, c
     if (n_vocab <= 0 || e <= 0) throw ds4::Error("embed_token: empty embedding table");
     const unsigned blocks = unsigned((e + 255) / 256);
     if (type == GgmlType::F16)
-        embed_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __half *>(table), n_vocab, e,
-                                                 token, n_hc, out);
+        launch_kernel(embed_kernel<__half>, blocks, 256, 0, stream,
+                      static_cast<const __half *>(table), n_vocab, e, token, n_hc, out);
     else if (type == GgmlType::F32)
-        embed_kernel<<<blocks, 256, 0, stream>>>(static_cast<const float *>(table), n_vocab, e,
-                                                 token, n_hc, out);
+        launch_kernel(embed_kernel<float>, blocks, 256, 0, stream,
+                      static_cast<const float *>(table), n_vocab, e, token, n_hc, out);
     else
         throw ds4::Error("embed_token: the CUDA embedding takes F16 or F32 tables");
     DS4_CUDA_CHECK(cudaGetLastError());
@@ -71,7 +74,7 @@ void embed_token(const void *table, GgmlType type, int64_t n_vocab, int64_t e, c
 
 void argmax(const float *logits, int64_t n, int32_t *token, cudaStream_t stream) {
     if (n <= 0) throw ds4::Error("argmax of empty logits");
-    argmax_kernel<<<1, kThreads, 0, stream>>>(logits, n, token);
+    launch_kernel(argmax_kernel, 1, kThreads, 0, stream, logits, n, token);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -15,6 +15,7 @@
 #include "backend/cuda/indexer_ops.h"
 #include "backend/cuda/kv_ops.h"
 #include "backend/cuda/moe_ops.h"
+#include "backend/cuda/row_finish.h"
 #include "backend/cuda/token_io.h"
 #include "backend/cuda/vector_ops.h"
 #include "common/error.h"
@@ -158,9 +159,6 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     flat_ = device_array<float>(size_t(hp.n_hc) * hp.n_embd);
     mixes_ = device_array<float>(hp.n_hc_mix());
     head_w_ = device_array<float>(hp.n_hc);
-    kv_row_ = device_array<float>(D);
-    pooled_ = device_array<float>(std::max(D, I));
-    comp_row_ = device_array<float>(std::max(D, I));
     rows_ = device_array<float>(max_visible * D);
     scores_ = device_array<float>(max_visible * hp.n_head);
     idx_scores_ = device_array<float>(max_comp);
@@ -295,10 +293,13 @@ void CudaOps::quantize_q8_0(const float *x, int64_t n) {
 }
 
 void CudaOps::experts_matvec(const DeviceMatrix &w, const int32_t *ids, int n_ids, const float *x,
-                             bool x_per_slot, float *y) {
+                             bool x_per_slot, float *y, bool x_quantized) {
     const int64_t n = x_per_slot ? int64_t(n_ids) * w.k : w.k;
     if (w.q8_k_activations()) {
-        const cuda::Q8_KActivation a = quantize_q8_k(x, n);
+        const cuda::Q8_KActivation a =
+            x_quantized ? cuda::Q8_KActivation{q8k_q_.as<int8_t>(), q8k_d_.as<float>(),
+                                               q8k_bsums_.as<int16_t>()}
+                        : quantize_q8_k(x, n);
         if (w.iq2_xxs)
             cuda::matvec_iq2_xxs(w.iq2_xxs->experts(), ids, n_ids, a, y, s_, x_per_slot);
         else if (w.q2_k)
@@ -306,7 +307,7 @@ void CudaOps::experts_matvec(const DeviceMatrix &w, const int32_t *ids, int n_id
         else
             cuda::matvec_q4_K(w.q4_k->experts(), ids, n_ids, a, y, s_, x_per_slot);
     } else if (w.q8_0) {
-        quantize_q8_0(x, n);
+        if (!x_quantized) quantize_q8_0(x, n);
         cuda::matvec_q8_0_experts(w.q8_0->matrix(), w.n_experts, ids, n_ids, xq_.as<int8_t>(),
                                   xd_.as<float>(), x_per_slot, y, s_);
     } else {
@@ -403,13 +404,10 @@ void CudaOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix,
             cuda::rms_norm(X + t * width, nullptr, flat_.as<float>(), 1, width, hp_.rms_eps, s_);
             matvec(fn, flat_.as<float>(), mixes_.as<float>());
         }
-        {
-            const ProfileScope scope(profile_, s_, "hc_pre sinkhorn");
-            cuda::hc_mix(mixes_.as<float>(), m_.vec(hc.scale), m_.vec(hc.base), n,
-                         int(hp_.sinkhorn_iters), hp_.hc_eps, mt, mt + n, mt + 2 * n, s_);
-        }
-        const ProfileScope scope(profile_, s_, "hc_pre combine");
-        cuda::hc_combine(mt, X + t * width, n, E, x_in + t * E, s_);
+        const ProfileScope scope(profile_, s_, "hc_pre sinkhorn+combine");
+        cuda::hc_mix_combine(mixes_.as<float>(), m_.vec(hc.scale), m_.vec(hc.base), n,
+                             int(hp_.sinkhorn_iters), hp_.hc_eps, mt, mt + n, mt + 2 * n,
+                             X + t * width, E, x_in + t * E, s_);
     }
 }
 
@@ -455,26 +453,31 @@ void CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *
     cuda::compressor_push_step(kv, score, m_.vec(indexer ? L.idx_comp_ape : L.comp_ape), W,
                                ratio_word(t, r, kPhase), overlap ? r : 0, state_kv, state_score,
                                s_);
-    // The pooled row is computed, stored and the window shifted only where the token completes
-    // it (the device word `completes`); the kernels after the pool then work on a stale row
-    // that is not stored. The work enqueued is the same at every position (a replayed graph),
-    // the stored rows the CPU's.
-    cuda::compressor_pool_if(state_kv, state_score, int(r), overlap, d, W, pooled_.as<float>(),
-                             completes, s_);
-    if (overlap) cuda::compressor_shift_if(state_kv, state_score, int(r), W, completes, s_);
-    float *row = comp_row_.as<float>();
-    cuda::rms_norm(pooled_.as<float>(), m_.vec(indexer ? L.idx_comp_norm : L.comp_norm), row, 1, d,
-                   hp_.rms_eps, s_);
-    cuda::rope_tail(row, 1, d, freqs(il), hp_.n_rot / 2, ratio_word(t, r, kCompPos), false, s_);
+    // The pooled row (pool, norm, rotation, rounding, store in one launch; row_finish.h) is
+    // computed and stored, and the window shifted, only where the token completes it (the device
+    // word `completes`). The work enqueued is the same at every position (a replayed graph), the
+    // stored rows the CPU's.
+    cuda::RowFinish f;
+    f.d = d;
+    f.state_kv = state_kv;
+    f.state_score = state_score;
+    f.ratio = int(r);
+    f.overlap = overlap;
+    f.width = W;
+    f.norm_w = m_.vec(indexer ? L.idx_comp_norm : L.comp_norm);
+    f.eps = hp_.rms_eps;
+    f.freqs = freqs(il);
+    f.n_freq = hp_.n_rot / 2;
+    f.pos = ratio_word(t, r, kCompPos);
     // The per-cache rounding: FP8 on the attention row's non-rotary dims, Hadamard + FP4 on the
     // indexer's (docs/MODEL.md 4.0).
-    if (opts_.qat_sim) {
-        if (indexer)
-            cuda::indexer_qat(row, 1, d, s_);
-        else
-            cuda::fp8_e4m3_sim(row, 1, hp_.n_nope(), 64, s_);
-    }
-    cuda::store_row_at(row, d, f16_, (indexer ? st.idx : st.comp).as<float>(), completes, s_);
+    if (opts_.qat_sim) f.rounding = indexer ? cuda::RowRounding::Indexer : cuda::RowRounding::Fp8;
+    f.n_fp8 = indexer ? 0 : hp_.n_nope();
+    f.table = (indexer ? st.idx : st.comp).as<float>();
+    f.index = completes;
+    f.f16 = f16_;
+    cuda::row_finish(f, s_);
+    if (overlap) cuda::compressor_shift_if(state_kv, state_score, int(r), W, completes, s_);
 }
 
 void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, float *O) {
@@ -499,14 +502,28 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
         float *q = in.q + t * H * D;
         auto qkv_scope =
             std::make_optional<ProfileScope>(profile_, s_, "attn q/kv norm+rope+store");
-        cuda::rms_norm(q, nullptr, q, H, D, hp.rms_eps, s_);
-        cuda::rope_tail(q, H, D, freqs(il), n_freq, pos, false, s_);
+        // Each head of q: rmsnorm and RoPE, in place (row_finish.h: one launch).
+        cuda::RowFinish fq;
+        fq.d = D;
+        fq.n_rows = H;
+        fq.rows = fq.out = q;
+        fq.eps = hp.rms_eps;
+        fq.freqs = freqs(il);
+        fq.n_freq = n_freq;
+        fq.pos = pos;
+        cuda::row_finish(fq, s_);
         // The token's KV row: rmsnorm, RoPE, FP8 on the non-rotary dims, into the window ring.
-        float *kv = kv_row_.as<float>();
-        cuda::rms_norm(in.kv + t * D, m_.vec(L.attn_kv_a_norm), kv, 1, D, hp.rms_eps, s_);
-        cuda::rope_tail(kv, 1, D, freqs(il), n_freq, pos, false, s_);
-        if (opts_.qat_sim) cuda::fp8_e4m3_sim(kv, 1, hp.n_nope(), 64, s_);
-        cuda::store_row_at(kv, D, f16_, st.raw.as<float>(), word(t, kRingSlot), s_);
+        cuda::RowFinish fkv = fq;
+        fkv.n_rows = 1;
+        fkv.rows = in.kv + t * D;
+        fkv.out = nullptr;
+        fkv.norm_w = m_.vec(L.attn_kv_a_norm);
+        if (opts_.qat_sim) fkv.rounding = cuda::RowRounding::Fp8;
+        fkv.n_fp8 = hp.n_nope();
+        fkv.table = st.raw.as<float>();
+        fkv.index = word(t, kRingSlot);
+        fkv.f16 = f16_;
+        cuda::row_finish(fkv, s_);
 
         qkv_scope.reset();
         // The compressed rows this token sees: all of them, or the indexer's top-k.
@@ -526,8 +543,16 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
             if (selects) {  // runtime/indexer.cpp indexer_select, used where count > top_k
                 const ProfileScope scope(profile_, s_, "attn indexer select");
                 float *iq = in.idx_q + t * IH * I;
-                cuda::rope_tail(iq, IH, I, freqs(il), n_freq, pos, false, s_);
-                if (opts_.qat_sim) cuda::indexer_qat(iq, IH, I, s_);
+                cuda::RowFinish fi;  // RoPE and the indexer's rounding, in place
+                fi.d = I;
+                fi.n_rows = IH;
+                fi.rows = fi.out = iq;
+                fi.norm = false;
+                fi.freqs = freqs(il);
+                fi.n_freq = n_freq;
+                fi.pos = pos;
+                if (opts_.qat_sim) fi.rounding = cuda::RowRounding::Indexer;
+                cuda::row_finish(fi, s_);
                 const float wscale = static_cast<float>(1.0 / std::sqrt(double(I) * IH));
                 const int64_t *count = ratio_word(t, r, kCount);
                 cuda::indexer_scores(iq, in.idx_w + t * IH, wscale, st.idx.as<float>(), cap,
@@ -583,7 +608,10 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
         scope.reset();
         scope.emplace(weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share));
         experts_matvec(gate, ids, K, x, false, gate_.as<float>());
-        experts_matvec(up, ids, K, x, false, up_.as<float>());
+        // The same activation in the same format: quantized once, for both (float experts
+        // read x itself).
+        const bool same_format = gate.type == up.type && gate.k == up.k;
+        experts_matvec(up, ids, K, x, false, up_.as<float>(), same_format);
         scope.reset();
         scope.emplace(profile_, s_, "moe swiglu");
         // ds4 weights W2's input by the route weight (docs/MODEL.md 4.6).

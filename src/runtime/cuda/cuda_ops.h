@@ -112,8 +112,10 @@ class CudaOps final : public Ops {
     // y = W x for one row: the activation quantized as W's format needs, then the product.
     void matvec(const DeviceMatrix &w, const float *x, float *y);
     // Rows of n_ids experts (ids on the device): x one row for all, or one per slot.
+    // x_quantized: the scratch already holds x in w's activation format (the previous product
+    // quantized the same x); only float weights then read x.
     void experts_matvec(const DeviceMatrix &w, const int32_t *ids, int n_ids, const float *x,
-                        bool x_per_slot, float *y);
+                        bool x_per_slot, float *y, bool x_quantized = false);
     // Quantizes n values of x (several rows back to back: their blocks are the rows' blocks).
     cuda::Q8_KActivation quantize_q8_k(const float *x, int64_t n);
     void quantize_q8_0(const float *x, int64_t n);
@@ -151,7 +153,7 @@ class CudaOps final : public Ops {
     cuda::DeviceBuffer group_ids_;  // int32 0..n_out_group-1: a grouped product as experts
     // scratch of one token's operations
     cuda::DeviceBuffer xq_, xd_, q8k_q_, q8k_d_, q8k_bsums_, float_scratch_;
-    cuda::DeviceBuffer flat_, mixes_, head_w_, kv_row_, pooled_, comp_row_;
+    cuda::DeviceBuffer flat_, mixes_, head_w_;
     cuda::DeviceBuffer rows_, scores_, idx_scores_, selected_, topk_scratch_;
     cuda::DeviceBuffer expert_ids_, expert_w_, gate_, up_;
 };

@@ -1,0 +1,44 @@
+#pragma once
+// Kernel launches with programmatic dependent launch (PDL): a kernel may be scheduled while the
+// previous kernel on its stream is finishing, and waits at its first statement
+// (wait_for_previous_kernels, PTX griddepcontrol.wait) until that kernel has completed and its
+// writes are visible. What this hides is the launch latency between dependent kernels of a decode
+// step (a few thousand small kernels, ~1-2 us each otherwise); what a kernel computes is
+// unchanged. Every kernel of this folder begins with the wait, so a launch with the attribute
+// is safe whatever precedes it. DS4_CUDA_PDL=0 launches without the attribute (for comparisons).
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace ds4::cuda {
+
+bool pdl_enabled();
+
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args &&...args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = pdl_enabled() ? 1 : 0;
+    DS4_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+namespace dev {
+
+// The first statement of every kernel: returns once the kernels this one depends on have
+// completed (at once for a launch without the PDL attribute).
+__device__ __forceinline__ void wait_for_previous_kernels() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+}  // namespace dev
+}  // namespace ds4::cuda

@@ -1,0 +1,184 @@
+// The fused row chains (backend/cuda/row_finish.h) against the separate kernels they replace
+// (each compared with its CPU twin in its own test): the same bits for the attention's q heads
+// (norm, RoPE), the KV row (norm with weights, RoPE, FP8, stored f16-rounded or not at a ring
+// slot), the compressor rows (pool, norm, RoPE, FP8 or the indexer's rounding, stored where the
+// window completes, nothing otherwise) and the indexer's q heads (RoPE, rounding, no norm).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/rope.h"
+#include "backend/cuda/kv_ops.h"
+#include "backend/cuda/row_finish.h"
+#include "backend/cuda/vector_ops.h"
+#include "cuda_test_util.h"
+
+namespace ds4::cuda {
+namespace {
+
+using test::random_floats;
+using test::to_device;
+using test::to_host;
+
+std::vector<float> poison(size_t n) {
+    return std::vector<float>(n, std::nanf("0x5b"));
+}
+
+bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+struct Rope {
+    DeviceBuffer freqs, pos;
+    int64_t n_freq;
+};
+
+Rope rope(int64_t n_rot, int64_t p) {
+    const auto f =
+        backend::cpu::RopeFreqs::yarn(uint32_t(n_rot), 160000.0, 16.0, 65536.0, 32.0, 1.0);
+    return {to_device(f.f), to_device(std::vector<int64_t>{p}), n_rot / 2};
+}
+
+TEST(CudaRowFinish, QHeadsEqualNormThenRope) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int64_t kH = 64, kD = 512;
+    const auto q = random_floats(kH * kD, 21, 3.0f);
+    const Rope r = rope(64, 1234);
+    DeviceBuffer want = to_device(q), got = to_device(q);
+    rms_norm(want.as<float>(), nullptr, want.as<float>(), kH, kD, 1e-6f, nullptr);
+    rope_tail(want.as<float>(), kH, kD, r.freqs.as<double>(), r.n_freq, r.pos.as<int64_t>(), false,
+              nullptr);
+    RowFinish f;
+    f.d = kD;
+    f.n_rows = kH;
+    f.rows = f.out = got.as<float>();
+    f.eps = 1e-6f;
+    f.freqs = r.freqs.as<double>();
+    f.n_freq = r.n_freq;
+    f.pos = r.pos.as<int64_t>();
+    row_finish(f, nullptr);
+    DS4_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(same_bits(to_host<float>(got, kH * kD), to_host<float>(want, kH * kD)));
+}
+
+TEST(CudaRowFinish, KvRowEqualsNormRopeFp8Store) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int64_t kD = 512, kNope = 448, kRing = 8;
+    const auto kv = random_floats(kD, 22, 5.0f), w = random_floats(kD, 23, 1.0f);
+    const Rope r = rope(64, 77);
+    const DeviceBuffer dkv = to_device(kv), dw = to_device(w);
+    const DeviceBuffer slot = to_device(std::vector<int64_t>{5});
+    for (const bool f16 : {false, true}) {
+        DeviceBuffer row = to_device(poison(kD));
+        DeviceBuffer want = to_device(poison(kRing * kD)), got = to_device(poison(kRing * kD));
+        rms_norm(dkv.as<float>(), dw.as<float>(), row.as<float>(), 1, kD, 1e-6f, nullptr);
+        rope_tail(row.as<float>(), 1, kD, r.freqs.as<double>(), r.n_freq, r.pos.as<int64_t>(),
+                  false, nullptr);
+        fp8_e4m3_sim(row.as<float>(), 1, kNope, 64, nullptr);
+        store_row_at(row.as<float>(), kD, f16, want.as<float>(), slot.as<int64_t>(), nullptr);
+        RowFinish f;
+        f.d = kD;
+        f.rows = dkv.as<float>();
+        f.norm_w = dw.as<float>();
+        f.eps = 1e-6f;
+        f.freqs = r.freqs.as<double>();
+        f.n_freq = r.n_freq;
+        f.pos = r.pos.as<int64_t>();
+        f.rounding = RowRounding::Fp8;
+        f.n_fp8 = kNope;
+        f.table = got.as<float>();
+        f.index = slot.as<int64_t>();
+        f.f16 = f16;
+        row_finish(f, nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_TRUE(same_bits(to_host<float>(got, kRing * kD), to_host<float>(want, kRing * kD)))
+            << "f16 " << f16;
+    }
+}
+
+TEST(CudaRowFinish, CompressorRowEqualsPoolNormRopeRoundStore) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    struct Case {
+        int ratio;
+        bool overlap, indexer;
+        int64_t d;
+    };
+    for (const Case c :
+         {Case{4, true, false, 512}, Case{4, true, true, 128}, Case{128, false, false, 512}}) {
+        const int64_t W = (c.overlap ? 2 : 1) * c.d, rows = (c.overlap ? 2 : 1) * c.ratio;
+        const auto kv = random_floats(rows * W, 30 + c.d, 2.0f);
+        auto sc = random_floats(rows * W, 31 + c.d, 4.0f);
+        for (int64_t j = 0; j < W; j += 7) sc[size_t(j)] = -INFINITY;  // unwritten candidates
+        const auto w = random_floats(c.d, 32, 1.0f);
+        const Rope r = rope(64, 4 * 9 + 1 - 4);
+        const DeviceBuffer dkv = to_device(kv), dsc = to_device(sc), dw = to_device(w);
+        for (const int64_t index : {int64_t(3), int64_t(-1)}) {
+            const DeviceBuffer when = to_device(std::vector<int64_t>{index});
+            DeviceBuffer pooled = to_device(poison(c.d)), row = to_device(poison(c.d));
+            DeviceBuffer want = to_device(poison(6 * c.d)), got = to_device(poison(6 * c.d));
+            compressor_pool_if(dkv.as<float>(), dsc.as<float>(), c.ratio, c.overlap, c.d, W,
+                               pooled.as<float>(), when.as<int64_t>(), nullptr);
+            rms_norm(pooled.as<float>(), dw.as<float>(), row.as<float>(), 1, c.d, 1e-6f, nullptr);
+            rope_tail(row.as<float>(), 1, c.d, r.freqs.as<double>(), r.n_freq, r.pos.as<int64_t>(),
+                      false, nullptr);
+            if (c.indexer)
+                indexer_qat(row.as<float>(), 1, c.d, nullptr);
+            else
+                fp8_e4m3_sim(row.as<float>(), 1, c.d - 64, 64, nullptr);
+            store_row_at(row.as<float>(), c.d, true, want.as<float>(), when.as<int64_t>(), nullptr);
+            RowFinish f;
+            f.d = c.d;
+            f.state_kv = dkv.as<float>();
+            f.state_score = dsc.as<float>();
+            f.ratio = c.ratio;
+            f.overlap = c.overlap;
+            f.width = W;
+            f.norm_w = dw.as<float>();
+            f.eps = 1e-6f;
+            f.freqs = r.freqs.as<double>();
+            f.n_freq = r.n_freq;
+            f.pos = r.pos.as<int64_t>();
+            f.rounding = c.indexer ? RowRounding::Indexer : RowRounding::Fp8;
+            f.n_fp8 = c.d - 64;
+            f.table = got.as<float>();
+            f.index = when.as<int64_t>();
+            f.f16 = true;
+            row_finish(f, nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto g = to_host<float>(got, 6 * c.d);
+            EXPECT_TRUE(same_bits(g, to_host<float>(want, 6 * c.d)))
+                << "ratio " << c.ratio << " indexer " << c.indexer << " index " << index;
+            if (index < 0) {
+                EXPECT_TRUE(same_bits(g, poison(6 * c.d))) << "stored a dead row";
+            }
+        }
+    }
+}
+
+TEST(CudaRowFinish, IndexerQHeadsEqualRopeThenRounding) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int64_t kH = 64, kI = 128;
+    const auto q = random_floats(kH * kI, 40, 3.0f);
+    const Rope r = rope(64, 999);
+    DeviceBuffer want = to_device(q), got = to_device(q);
+    rope_tail(want.as<float>(), kH, kI, r.freqs.as<double>(), r.n_freq, r.pos.as<int64_t>(), false,
+              nullptr);
+    indexer_qat(want.as<float>(), kH, kI, nullptr);
+    RowFinish f;
+    f.d = kI;
+    f.n_rows = kH;
+    f.rows = f.out = got.as<float>();
+    f.norm = false;
+    f.freqs = r.freqs.as<double>();
+    f.n_freq = r.n_freq;
+    f.pos = r.pos.as<int64_t>();
+    f.rounding = RowRounding::Indexer;
+    row_finish(f, nullptr);
+    DS4_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(same_bits(to_host<float>(got, kH * kI), to_host<float>(want, kH * kI)));
+}
+
+}  // namespace
+}  // namespace ds4::cuda
