@@ -3,9 +3,10 @@
 // POST /v1/messages/count_tokens, parsed and checked into the GenRequest the chat path runs
 // (docs/SERVER.md, Anthropic messages). Every defect is an ApiError 400 (request_fields.h):
 // `messages` missing or empty, a role other than user/assistant, a content block of a type this
-// server does not read (image, document: the model reads text only), tools or tool blocks (not
-// supported yet), a missing `max_tokens` or one below 1, a field of the wrong type or out of
-// range. Unknown fields, `metadata`, `tool_choice` and `cache_control` are ignored.
+// server does not read (image, document: the model reads text only; server-tool blocks), a bad
+// tool definition or tool_choice (docs/SERVER.md, Tool calls), a missing `max_tokens` or one below
+// 1, a field of the wrong type or out of range. Unknown fields, `metadata` and `cache_control` are
+// ignored.
 #include <string_view>
 
 #include "server/request.h"

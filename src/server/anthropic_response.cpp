@@ -1,5 +1,7 @@
 #include "server/anthropic_response.h"
 
+#include "server/tool_calls.h"
+
 namespace ds4::server {
 
 namespace {
@@ -38,6 +40,14 @@ json text_block(const std::string &text) {
     return {{"type", "text"}, {"text", text}};
 }
 
+// {"type":"tool_use","id","name","input"}; arguments that are not a JSON object (they always are
+// when they come from server/tool_calls.h) are passed as {"arguments": TEXT}.
+json tool_use_block(const std::string &id, const std::string &name, const std::string &arguments) {
+    json input = json::parse(arguments, nullptr, /*allow_exceptions=*/false);
+    if (!input.is_object()) input = {{"arguments", arguments}};
+    return {{"type", "tool_use"}, {"id", id}, {"name", name}, {"input", input}};
+}
+
 SseEvent event(const char *name, json data) {
     data["type"] = name;
     return {name, std::move(data)};
@@ -52,6 +62,7 @@ json anthropic_error_body(int status, const std::string &message, const json &ex
 }
 
 const char *anthropic_stop_reason(const GenResult &g) {
+    if (!g.tool_calls.empty()) return "tool_use";
     if (g.stop_sequence) return "stop_sequence";
     if (g.stop == runtime::StopReason::Length) return "max_tokens";
     if (g.stop == runtime::StopReason::ContextFull) return "model_context_window_exceeded";
@@ -68,7 +79,9 @@ json anthropic_usage(const GenResult &g) {
 json anthropic_message(const GenResult &g, const std::string &id, const std::string &model) {
     json content = json::array();
     if (!g.reasoning.empty()) content.push_back(thinking_block(g.reasoning, id));
-    content.push_back(text_block(g.content));
+    if (!g.content.empty() || g.tool_calls.empty()) content.push_back(text_block(g.content));
+    for (const tokenizer::ToolCall &c : g.tool_calls)
+        content.push_back(tool_use_block(make_tool_id("toolu_"), c.name, c.arguments));
     return {{"id", id},
             {"type", "message"},
             {"role", "assistant"},
@@ -131,12 +144,29 @@ std::vector<SseEvent> AnthropicStream::delta(const Delta &d) {
             event("content_block_delta",
                   {{"index", index_}, {"delta", {{"type", "text_delta"}, {"text", d.content}}}}));
     }
+    for (const ToolEvent &e : d.tools) {
+        if (e.kind == ToolEvent::Kind::Start) {
+            close(out);
+            open_ = Block::ToolUse;
+            had_tool_ = true;
+            json block = tool_use_block(make_tool_id("toolu_"), e.text, "{}");
+            out.push_back(
+                event("content_block_start", {{"index", ++index_}, {"content_block", block}}));
+        } else if (e.kind == ToolEvent::Kind::Arguments) {
+            out.push_back(
+                event("content_block_delta",
+                      {{"index", index_},
+                       {"delta", {{"type", "input_json_delta"}, {"partial_json", e.text}}}}));
+        } else {
+            close(out);
+        }
+    }
     return out;
 }
 
 std::vector<SseEvent> AnthropicStream::finish(const GenResult &g) {
     std::vector<SseEvent> out;
-    if (!had_text_) open(Block::Text, out);
+    if (!had_text_ && !had_tool_) open(Block::Text, out);
     close(out);
     out.push_back(event("message_delta", {{"delta",
                                            {{"stop_reason", anthropic_stop_reason(g)},

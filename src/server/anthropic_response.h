@@ -17,7 +17,8 @@ namespace ds4::server {
 nlohmann::json anthropic_error_body(int status, const std::string &message,
                                     const nlohmann::json &extra = nlohmann::json::object());
 
-// stop_sequence (a stop sequence cut the text), max_tokens (the token limit),
+// tool_use (the answer has tool calls), stop_sequence (a stop sequence cut the text), max_tokens
+// (the token limit),
 // model_context_window_exceeded (a full context), else end_turn (EOS, the client gone, shutdown).
 const char *anthropic_stop_reason(const GenResult &g);
 
@@ -27,7 +28,9 @@ nlohmann::json anthropic_usage(const GenResult &g);
 
 // The non-streaming answer: {"id","type":"message","role":"assistant","model","content",
 // "stop_reason","stop_sequence","usage"}. content is a thinking block when there is reasoning
-// (its signature is the message id), then one text block, always (empty when no text came).
+// (its signature is the message id), then a text block (present when there is text or no tool
+// call: an empty one when nothing came), then one tool_use block per call (id toolu_ + 32 hex,
+// name, input object).
 nlohmann::json anthropic_message(const GenResult &g, const std::string &id,
                                  const std::string &model);
 
@@ -41,8 +44,9 @@ struct SseEvent {
 //   start    message_start (content empty, output_tokens 0)
 //   delta    content_block_start when the kind of text changes (thinking <-> text), after a
 //            content_block_stop of the open block (a thinking block gets its signature_delta
-//            first); then content_block_delta (thinking_delta or text_delta)
-//   finish   the open block closed, an empty text block when no text came, message_delta
+//            first); then content_block_delta (thinking_delta or text_delta); per tool call a
+//            tool_use block: content_block_start (input {}), input_json_delta pieces, stop
+//   finish   the open block closed, an empty text block when no text nor call came, message_delta
 //            (stop_reason, stop_sequence, usage), message_stop
 // Block indexes count from 0.
 class AnthropicStream {
@@ -54,7 +58,7 @@ class AnthropicStream {
     std::vector<SseEvent> finish(const GenResult &g);
 
   private:
-    enum class Block { None, Thinking, Text };
+    enum class Block { None, Thinking, Text, ToolUse };
     void open(Block b, std::vector<SseEvent> &out);
     void close(std::vector<SseEvent> &out);
 
@@ -62,6 +66,7 @@ class AnthropicStream {
     Block open_ = Block::None;
     int index_ = -1;  // of the last block opened
     bool had_text_ = false;
+    bool had_tool_ = false;
 };
 
 }  // namespace ds4::server

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "server/api_error.h"
 #include "server/stop_matcher.h"
@@ -32,8 +33,9 @@ Engine::Engine(runtime::Model &model, const tokenizer::Tokenizer &tok, runtime::
 std::vector<int32_t> Engine::tokenize(const GenRequest &r) const {
     const auto mode = tokenizer::effective_think_mode(r.think, ctx_);
     if (r.endpoint == Endpoint::Chat)
-        return tok_.encode_chat_text(tokenizer::render_chat_prompt(r.messages, {}, mode) +
-                                     r.assistant_prefill);
+        return tok_.encode_chat_text(
+            tokenizer::render_chat_prompt(r.messages, r.tool_schemas, mode) + r.assistant_prefill +
+            r.tool_prefix);
     return tokenizer::encode_cli_prompt(tok_, r.prompt, tokenizer::kDefaultSystemText, mode);
 }
 
@@ -100,27 +102,43 @@ GenResult Engine::run(const GenRequest &r, const std::vector<int32_t> &prompt,
             chat && tokenizer::thinking_enabled(tokenizer::effective_think_mode(r.think, ctx_));
         tokenizer::StreamDecoder decoder(tok_);
         StopMatcher matcher(r.stop);
-        auto emit = [&](const std::string &text, bool as_reasoning) {
-            if (text.empty()) return;
+        // With tools, content goes through the tracker first: calls come out of it as events, and
+        // stop sequences apply to the content that is left.
+        std::optional<ToolCallTracker> tracker;
+        if (chat && !r.tool_schemas.empty()) tracker.emplace();
+        auto deliver = [&](ToolOutput out) {
             Delta d;
-            if (as_reasoning) {
-                d.reasoning = text;
-                res.reasoning += text;
-            } else {
-                d.content = matcher.push(text);
-                if (matcher.stopped()) {
-                    res.stop_sequence = true;
-                    res.matched_stop = matcher.matched();
-                    cancel = true;
-                }
-                if (d.content.empty()) return;
-                res.content += d.content;
+            d.content = matcher.push(out.content);
+            if (matcher.stopped() && !res.stop_sequence) {
+                res.stop_sequence = true;
+                res.matched_stop = matcher.matched();
+                cancel = true;
             }
+            d.tools = std::move(out.events);
+            if (tracker && tracker->done()) cancel = true;
+            if (d.content.empty() && d.tools.empty()) return;
+            res.content += d.content;
             if (!on_delta(d)) {
                 res.disconnected = true;
                 cancel = true;
             }
         };
+        auto emit = [&](const std::string &text, bool as_reasoning) {
+            if (text.empty()) return;
+            if (!as_reasoning) {
+                deliver(tracker ? tracker->push(text) : ToolOutput{text, {}});
+                return;
+            }
+            Delta d;
+            d.reasoning = text;
+            res.reasoning += text;
+            if (!on_delta(d)) {
+                res.disconnected = true;
+                cancel = true;
+            }
+        };
+        // A prefill or forced prefix already in the prompt may open (or hold) a call.
+        if (tracker) deliver(tracker->push_silent(r.assistant_prefill + r.tool_prefix));
         auto on_token = [&](int32_t id) {
             if (shutdown_ && shutdown_->load()) cancel = true;
             if (res.stop_sequence || res.disconnected) return;
@@ -132,12 +150,13 @@ GenResult Engine::run(const GenRequest &r, const std::vector<int32_t> &prompt,
             }
             emit(decoder.push(id), reasoning);
         };
-        const int64_t max_tokens = r.max_tokens.value_or(default_max_tokens_);
+        const int64_t max_tokens = cancel ? 0 : r.max_tokens.value_or(default_max_tokens_);
         runtime::GenerateParams gp{
             .max_tokens = max_tokens, .stop_ids = {sp.eos}, .cancel = &cancel};
         const auto st = runtime::generate(session_, {}, sampler, gp, on_token);
         if (!res.stop_sequence && !res.disconnected) {
             emit(decoder.flush(), reasoning);
+            if (tracker && !res.stop_sequence && !res.disconnected) deliver(tracker->finish());
             if (!res.stop_sequence && !res.disconnected) {
                 Delta d;
                 d.content = matcher.finish();
@@ -150,7 +169,9 @@ GenResult Engine::run(const GenRequest &r, const std::vector<int32_t> &prompt,
         res.stop = st.stop;
         res.completion_tokens = st.generated;
         res.generation_seconds = st.generation_seconds;
-        res.finish_reason = res.stop_sequence || st.stop == runtime::StopReason::Eos ||
+        if (tracker) res.tool_calls = tracker->calls();
+        res.finish_reason = !res.tool_calls.empty() ? "tool_calls"
+                            : res.stop_sequence || st.stop == runtime::StopReason::Eos ||
                                     st.stop == runtime::StopReason::Interrupted
                                 ? "stop"
                                 : "length";

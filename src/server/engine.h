@@ -2,7 +2,8 @@
 // The server's one session slot over a loaded model (docs/SERVER.md, Sessions and KV reuse):
 // prompts rendered and tokenized outside the lock, requests run one at a time, the longest
 // prefix the slot can resume reused, text decoded (UTF-8 safe), split into reasoning and
-// content at the think tokens, and cut at stop sequences.
+// content at the think tokens, tool calls taken out of the content when the request has tools,
+// and cut at stop sequences.
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -13,18 +14,21 @@
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "server/request.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ds4::server {
 
-// Text produced by one step: at most one of the two is non-empty.
+// What one step produced: text (at most one of the two is non-empty) and tool-call events.
 struct Delta {
     std::string content, reasoning;
+    std::vector<ToolEvent> tools;
 };
 
 struct GenResult {
     std::string content, reasoning;
-    std::string finish_reason;  // "stop" | "length"
+    std::vector<tokenizer::ToolCall> tool_calls;  // ids left empty: the API layer assigns them
+    std::string finish_reason;                    // "stop" | "length" | "tool_calls"
     size_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
     runtime::StopReason stop = runtime::StopReason::Length;
     bool stop_sequence = false;  // a stop sequence ended the text

@@ -12,6 +12,7 @@
 #include "server/anthropic_request.h"
 #include "server/anthropic_response.h"
 #include "server/api_error.h"
+#include "server/tool_calls.h"
 
 namespace ds4::server {
 
@@ -166,7 +167,30 @@ struct HttpServer::Impl {
     json chat_message(const GenResult &g) const {
         json m = {{"role", "assistant"}, {"content", g.content}};
         if (!g.reasoning.empty()) m["reasoning_content"] = g.reasoning;
+        if (!g.tool_calls.empty()) {
+            m["tool_calls"] = json::array();
+            for (const tokenizer::ToolCall &c : g.tool_calls)
+                m["tool_calls"].push_back(
+                    {{"id", make_tool_id("call_")},
+                     {"type", "function"},
+                     {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+        }
         return m;
+    }
+
+    // The delta of a tool-call event: the call's id, type and name first, then its arguments in
+    // pieces (End adds nothing).
+    static json tool_delta(const ToolEvent &e, std::vector<std::string> &ids) {
+        json call = {{"index", e.index}};
+        if (e.kind == ToolEvent::Kind::Start) {
+            ids.push_back(make_tool_id("call_"));
+            call["id"] = ids.back();
+            call["type"] = "function";
+            call["function"] = {{"name", e.text}, {"arguments", ""}};
+        } else {
+            call["function"] = {{"arguments", e.text}};
+        }
+        return {{"tool_calls", json::array({call})}};
     }
 
     // The streamed chunk of a delta (or of the end, with finish_reason).
@@ -228,14 +252,23 @@ struct HttpServer::Impl {
                     ep == Endpoint::Chat ? json{{"role", "assistant"}, {"content", ""}} : json("");
                 if (ep == Endpoint::Chat && !send(chunk(ep, id, created, model, first, nullptr)))
                     return false;
+                std::vector<std::string> tool_ids;
                 const GenResult g = engine.run(*r, *prompt, [&](const Delta &d) {
                     if (ep == Endpoint::Completion)
                         return send(
                             chunk(ep, id, created, model, d.reasoning + d.content, nullptr));
-                    json delta = json::object();
-                    if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
-                    if (!d.content.empty()) delta["content"] = d.content;
-                    return send(chunk(ep, id, created, model, delta, nullptr));
+                    if (!d.reasoning.empty() || !d.content.empty()) {
+                        json delta = json::object();
+                        if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+                        if (!d.content.empty()) delta["content"] = d.content;
+                        if (!send(chunk(ep, id, created, model, delta, nullptr))) return false;
+                    }
+                    for (const ToolEvent &e : d.tools) {
+                        if (e.kind == ToolEvent::Kind::End) continue;
+                        if (!send(chunk(ep, id, created, model, tool_delta(e, tool_ids), nullptr)))
+                            return false;
+                    }
+                    return true;
                 });
                 log(path, g);
                 if (g.disconnected) return false;

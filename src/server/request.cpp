@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/request_fields.h"
+#include "tokenizer/dsml_render.h"
 
 namespace ds4::server {
 
@@ -62,6 +63,84 @@ void parse_common(const json &j, GenRequest &r) {
     r.think = get_think(j, r.model);
 }
 
+// `tools`: OpenAI function tools {"type":"function","function":{name, description, parameters}},
+// or a bare function object (as the reference accepts). Each becomes one schema line, in the
+// client's key order; the names are returned.
+std::vector<std::string> read_openai_tools(const json &j, OrderedBody &ordered, GenRequest &r) {
+    return read_tools(j, r, [&](const json &t, const std::string &where, size_t i) {
+        const json *fn = &t;
+        if (const json *type = field(t, "type")) {
+            if (*type != "function")
+                bad(where + ".type must be \"function\" (the only tool type this server runs)",
+                    "tools");
+            fn = field(t, "function");
+            if (!fn || !fn->is_object()) bad(where + ".function must be an object", "tools");
+        }
+        return ToolDef{fn, "parameters",
+                       tokenizer::tool_schema_line(ordered.get().at("tools").at(i))};
+    });
+}
+
+// `tool_choice`: "auto", "none", "required" or {"type":"function","function":{"name":N}}.
+void read_tool_choice(const json &j, const std::vector<std::string> &names, GenRequest &r) {
+    const json *tc = field(j, "tool_choice");
+    ToolChoice choice = ToolChoice::Auto;
+    std::string name;
+    if (tc && tc->is_string() && *tc == "none") {
+        choice = ToolChoice::None;
+    } else if (tc && tc->is_string() && *tc == "required") {
+        choice = ToolChoice::Required;
+    } else if (tc && tc->is_object() && tc->value("type", json()) == "function" &&
+               field(*tc, "function") && get_string(*field(*tc, "function"), "name")) {
+        choice = ToolChoice::Named;
+        name = *get_string(*field(*tc, "function"), "name");
+    } else if (tc && !(tc->is_string() && *tc == "auto")) {
+        bad("'tool_choice' must be \"auto\", \"none\", \"required\" or "
+            "{\"type\":\"function\",\"function\":{\"name\":NAME}}",
+            "tool_choice");
+    }
+    apply_tool_choice(r, choice, name, names, "tool_choice");
+}
+
+// An assistant message's `tool_calls`: [{"id", "type":"function", "function":{"name",
+// "arguments"}}]. arguments is a JSON string (taken as written) or a JSON value (dumped in its key
+// order); absent means {}.
+void read_tool_calls(const json &tc, const std::string &where, size_t i, OrderedBody &ordered,
+                     tokenizer::ChatMessage &cm) {
+    if (!tc.is_array()) bad(where + ".tool_calls must be an array", "messages");
+    for (size_t k = 0; k < tc.size(); ++k) {
+        const std::string cw = fmt::format("{}.tool_calls[{}]", where, k);
+        const json &c = tc[k];
+        if (!c.is_object()) bad(cw + " must be an object", "messages");
+        if (const json *type = field(c, "type"); type && *type != "function")
+            bad(cw + ".type must be \"function\"", "messages");
+        const json *fn = field(c, "function");
+        if (!fn || !fn->is_object()) bad(cw + " needs a 'function' object", "messages");
+        tokenizer::ToolCall call;
+        call.id = get_string(c, "id").value_or("");
+        const auto name = get_string(*fn, "name");
+        if (!name || name->empty())
+            bad(cw + ".function needs a non-empty string 'name'", "messages");
+        call.name = *name;
+        const json *args = field(*fn, "arguments");
+        if (!args) {
+            call.arguments = "{}";
+        } else if (args->is_string()) {
+            call.arguments = args->get<std::string>();
+        } else {
+            call.arguments = ordered.get()
+                                 .at("messages")
+                                 .at(i)
+                                 .at("tool_calls")
+                                 .at(k)
+                                 .at("function")
+                                 .at("arguments")
+                                 .dump();
+        }
+        cm.tool_calls.push_back(std::move(call));
+    }
+}
+
 }  // namespace
 
 GenRequest parse_chat_request(std::string_view body) {
@@ -73,8 +152,8 @@ GenRequest parse_chat_request(std::string_view body) {
     if (!msgs) bad("missing messages", "messages");
     if (!msgs->is_array()) bad("'messages' must be an array", "messages");
     if (msgs->empty()) bad("'messages' must not be empty", "messages");
-    if (const json *tools = field(j, "tools"); tools && !(tools->is_array() && tools->empty()))
-        bad("tools are not supported by this server yet", "tools");
+    OrderedBody ordered(body);
+    const std::vector<std::string> tool_names = read_openai_tools(j, ordered, r);
     for (size_t i = 0; i < msgs->size(); ++i) {
         const json &m = (*msgs)[i];
         const std::string where = fmt::format("messages[{}]", i);
@@ -92,10 +171,30 @@ GenRequest parse_chat_request(std::string_view body) {
             if (!rc->is_string()) bad(where + ".reasoning_content must be a string", "messages");
             cm.reasoning = rc->get<std::string>();
         }
-        if (const json *tc = field(m, "tool_calls"); tc && !(tc->is_array() && tc->empty()))
-            bad("tool calls are not supported by this server yet", "messages");
+        if (const json *tc = field(m, "tool_calls")) {
+            if (cm.role != "assistant")
+                bad(where + ": only assistant messages have tool_calls", "messages");
+            read_tool_calls(*tc, where, i, ordered, cm);
+        }
+        if (cm.role == "tool" || cm.role == "function") get_string(m, "tool_call_id");
+        // DeepSeek's chat prefix completion: a last assistant message with "prefix": true is the
+        // start of the answer, which continues it.
+        if (get_bool(m, "prefix").value_or(false)) {
+            if (cm.role != "assistant" || i + 1 != msgs->size() || !cm.tool_calls.empty())
+                bad(where + ": \"prefix\": true is for a last assistant message without tool_calls",
+                    "messages");
+            if (r.messages.empty() ||
+                (r.messages.back().role != "user" && r.messages.back().role != "tool" &&
+                 r.messages.back().role != "function"))
+                bad(where + ": a prefix message must follow a user or tool message", "messages");
+            if (tokenizer::thinking_enabled(r.think))
+                bad(where + ": a prefix message cannot be combined with thinking", "messages");
+            r.assistant_prefill = std::move(cm.content);
+            continue;
+        }
         r.messages.push_back(std::move(cm));
     }
+    read_tool_choice(j, tool_names, r);
     return r;
 }
 

@@ -26,6 +26,13 @@ struct GenRequest {
     // Chat: text the assistant turn starts with (an Anthropic prefill), appended to the rendered
     // prompt; the answer continues it.
     std::string assistant_prefill;
+    // Tools offered to the model, one function schema (JSON text) per tool, rendered into the
+    // system block; empty: no tools (none given, or tool_choice none). With tools the answer is
+    // searched for DSML tool calls (server/tool_calls.h).
+    std::vector<std::string> tool_schemas;
+    // Chat: text forced after the prefill so that the model can only write a call (tool_choice
+    // required or a named tool; forced_tool_prefix in server/tool_calls.h).
+    std::string tool_prefix;
     std::string prompt;  // completions
     tokenizer::ThinkMode think = tokenizer::ThinkMode::kNone;
     std::optional<int64_t> max_tokens;  // absent: the server's -n

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "server/api_error.h"
+#include "server/request.h"
 
 namespace ds4::server {
 
@@ -120,6 +121,55 @@ std::vector<std::string> get_stops(const json &j, const char *key, bool allow_st
         if (!x.empty()) out.push_back(std::move(x));
     }
     return out;
+}
+
+const nlohmann::ordered_json &OrderedBody::get() {
+    if (!j_) j_ = nlohmann::ordered_json::parse(body_);
+    return *j_;
+}
+
+std::vector<std::string> read_tools(
+    const json &j, GenRequest &r,
+    const std::function<ToolDef(const json &tool, const std::string &where, size_t i)> &def) {
+    std::vector<std::string> names;
+    const json *tools = field(j, "tools");
+    if (!tools) return names;
+    if (!tools->is_array()) bad("'tools' must be an array", "tools");
+    for (size_t i = 0; i < tools->size(); ++i) {
+        const std::string where = fmt::format("tools[{}]", i);
+        if (!(*tools)[i].is_object()) bad(where + " must be an object", "tools");
+        ToolDef d = def((*tools)[i], where, i);
+        const auto name = get_string(*d.fn, "name");
+        if (!name || name->empty()) bad(where + " needs a non-empty string 'name'", "tools");
+        if (const json *s = field(*d.fn, d.schema_key); s && !s->is_object())
+            bad(fmt::format("{}.{} must be a JSON schema object", where, d.schema_key), "tools");
+        get_string(*d.fn, "description");
+        names.push_back(*name);
+        r.tool_schemas.push_back(std::move(d.schema_line));
+    }
+    return names;
+}
+
+void apply_tool_choice(GenRequest &r, ToolChoice choice, const std::string &name,
+                       const std::vector<std::string> &tool_names, const char *param) {
+    if (choice == ToolChoice::None) r.tool_schemas.clear();
+    if (choice == ToolChoice::None || choice == ToolChoice::Auto) return;
+    const char *what = choice == ToolChoice::Named ? "a named tool" : "a required tool call";
+    if (r.tool_schemas.empty())
+        bad(fmt::format("'{}' asks for {} but no tools are given", param, what), param);
+    if (choice == ToolChoice::Named &&
+        std::find(tool_names.begin(), tool_names.end(), name) == tool_names.end())
+        bad(fmt::format("'{}' names the tool '{}', which is not among the tools", param, name),
+            param);
+    if (tokenizer::thinking_enabled(r.think))
+        bad(fmt::format("'{}' ({}) cannot be combined with thinking: a call is forced by starting "
+                        "the answer with it, which would skip the reasoning",
+                        param, what),
+            param);
+    if (!r.assistant_prefill.empty())
+        bad(fmt::format("'{}' ({}) cannot be combined with an assistant prefill", param, what),
+            param);
+    r.tool_prefix = forced_tool_prefix(choice, name);
 }
 
 tokenizer::ThinkMode get_think(const json &j, const std::string &model, const json *output_config) {

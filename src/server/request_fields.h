@@ -4,15 +4,19 @@
 // bodies read the same way (stop sequences, the thinking controls). Every defect is an ApiError
 // with status 400 whose `param` names the field. A field that is null counts as absent.
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "server/tool_calls.h"
 #include "tokenizer/chat_prompt.h"
 
 namespace ds4::server {
+
+struct GenRequest;
 
 inline constexpr int kMaxDepth = 256;    // nesting of arrays and objects in a body
 inline constexpr size_t kMaxStops = 16;  // stop sequences per request
@@ -54,6 +58,39 @@ std::vector<std::string> get_stops(const json &j, const char *key, bool allow_st
 // is given.
 tokenizer::ThinkMode get_think(const json &j, const std::string &model,
                                const json *output_config = nullptr);
+
+// The body again with its objects' key order kept, parsed on first use: tool schemas and call
+// arguments are rendered in the client's key order (docs/SURFACES.md 3.6).
+class OrderedBody {
+  public:
+    explicit OrderedBody(std::string_view body) : body_(body) {}
+    const nlohmann::ordered_json &get();
+
+  private:
+    std::string_view body_;
+    std::optional<nlohmann::ordered_json> j_;
+};
+
+// One tool of a `tools` array, as an API defines it: the object that holds its name, description
+// and schema, the schema's key, and the schema line it renders as (tokenizer/dsml_render.h).
+struct ToolDef {
+    const json *fn;
+    const char *schema_key;
+    std::string schema_line;
+};
+
+// `tools`: an array of objects, each read by `def` (which refuses what its API does not run); the
+// name must be a non-empty string, the description a string, the schema an object. The schema
+// lines go to r.tool_schemas; the names are returned.
+std::vector<std::string> read_tools(
+    const json &j, GenRequest &r,
+    const std::function<ToolDef(const json &tool, const std::string &where, size_t i)> &def);
+
+// Applies a tool_choice that parsed (`param` names the field): None drops the tools; Required and
+// Named need tools, a Named tool must be among `tool_names`, and both force the call by starting
+// the answer with it (GenRequest::tool_prefix), which cannot follow a prefill or skip thinking.
+void apply_tool_choice(GenRequest &r, ToolChoice choice, const std::string &name,
+                       const std::vector<std::string> &tool_names, const char *param);
 
 }  // namespace fields
 

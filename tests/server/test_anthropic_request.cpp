@@ -124,7 +124,7 @@ TEST(AnthropicRequest, MaxTokensIsRequiredAndPositive) {
     EXPECT_EQ(error_of("{" + kUser + "}", MessagesBody::CountTokens), "");
 }
 
-TEST(AnthropicRequest, UnsupportedBlocksAndToolsAreRefused) {
+TEST(AnthropicRequest, UnsupportedBlocksAreRefusedToolsAccepted) {
     const auto with_block = [](const std::string &block) {
         return R"({"max_tokens":1,"messages":[{"role":"user","content":[)" + block + "]}]}";
     };
@@ -136,13 +136,14 @@ TEST(AnthropicRequest, UnsupportedBlocksAndToolsAreRefused) {
         std::string::npos);
     EXPECT_NE(error_of(with_block(R"({"type":"document","source":{}})")).find("document"),
               std::string::npos);
-    EXPECT_NE(error_of(with_block(R"({"type":"tool_result","tool_use_id":"t","content":"r"})"))
-                  .find("tool use is not supported"),
+    EXPECT_NE(error_of(with_block(R"({"type":"server_tool_use","id":"t","name":"web_search"})"))
+                  .find("server tools"),
               std::string::npos);
+    EXPECT_EQ(error_of(with_block(R"({"type":"tool_result","tool_use_id":"t","content":"r"})")),
+              "");
     EXPECT_NE(error_of(with_block(R"({"type":"hologram"})")).find("hologram"), std::string::npos);
-    EXPECT_NE(error_of(R"({"max_tokens":1,"tools":[{"name":"f","input_schema":{}}],)" + kUser + "}")
-                  .find("tool use is not supported"),
-              std::string::npos);
+    EXPECT_EQ(
+        error_of(R"({"max_tokens":1,"tools":[{"name":"f","input_schema":{}}],)" + kUser + "}"), "");
     EXPECT_EQ(error_of(R"({"max_tokens":1,"tools":[],)" + kUser + "}"), "");
 }
 
