@@ -152,6 +152,7 @@ void bench_float(cudaStream_t s, int reps, double copy_gbs, size_t min_total) {
         const ds4::cuda::FloatMatrix probe{ds4::GgmlType::F16, nullptr, sh.n_rows, sh.k};
         DeviceBuffer dx(size_t(sh.k) * 4), y(size_t(sh.n_rows) * 4),
             scratch(std::max<size_t>(8, ds4::cuda::float_matvec_scratch_bytes(probe)));
+        DS4_CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));  // the arrival counters
         DS4_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
         measure_row(s, reps, copy_gbs, sh.name, sh.n_rows, sh.k, double(bytes), copies, [&] {
             for (const auto &m : mats)

@@ -67,6 +67,7 @@ TEST_P(CudaFloatMatvec, EqualsCpuToOneUlp) {
     const DeviceBuffer dw = to_device(w), dx = to_device(x);
     DeviceBuffer y(size_t(n_rows) * sizeof(float)),
         scratch(std::max<size_t>(1, float_matvec_scratch_bytes(host_view)));
+    DS4_CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));  // the arrival counters
     const FloatMatrix m{type, dw.get(), n_rows, k};
     const size_t row_bytes = quant::row_size(type, k);
     std::vector<float> first;
@@ -123,6 +124,7 @@ TEST_P(CudaFloatExperts, EqualCpuToOneUlp) {
     const size_t n_out = size_t(n_ids) * size_t(n_rows);
     DeviceBuffer y(n_out * sizeof(float)),
         scratch(std::max<size_t>(1, float_matvec_experts_scratch_bytes(m, n_ids)));
+    DS4_CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));  // the arrival counters
     const size_t row_bytes = quant::row_size(type, k);
     for (const bool per_slot : {false, true}) {
         const int64_t n_x = per_slot ? n_ids : 1;

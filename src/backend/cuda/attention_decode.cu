@@ -54,8 +54,8 @@ constexpr int kMixThreads = kHeadsPerBlock * kMixDims;
 // is head groups x dim slices, so a 64-head, 512-dim step runs 128 blocks. Each block computes
 // its heads' max, e_j and denominators itself (the dim slices repeat that small work rather than
 // wait for one another) and keeps e in shared memory, a tile of rows at a time. Every sum runs
-// over rows in order, as on the CPU: the denominator by lane 0 of its head's warp, each output
-// dim by its lane.
+// over rows in order, as on the CPU: the denominator (by every lane of its head's warp) and each
+// output dim (by its lane).
 __global__ void __launch_bounds__(kMixThreads)
     mix_kernel(const float *__restrict__ scores, const float *__restrict__ rows, int64_t n_rows,
                const float *__restrict__ sinks, float scale, int64_t n_heads, int64_t d,
@@ -88,15 +88,33 @@ __global__ void __launch_bounds__(kMixThreads)
             for (int j = lane; j < n; j += 32)
                 e[warp][j] = exp_f(__fsub_rn(__fmul_rn(sc[j0 + j], scale), mx));
         __syncwarp();
-        if (head && lane == 0)
-            for (int j = 0; j < n; ++j) den = __fadd_rn(den, e[warp][j]);
-        if (head && dim < d) {
-            const float *v = rows + j0 * d + dim;
-            for (int j = 0; j < n; ++j)
-                acc = __fadd_rn(acc, __fmul_rn(e[warp][j], v[int64_t(j) * d]));
+        if (head) {
+            // Every lane adds the denominator too (the same values in the same order: the same
+            // sum), so the warp never waits for one lane; the rows' values are loaded 8 at a time
+            // ahead of their additions, which stay in row order.
+            const bool has_dim = dim < d;
+            const float *v = rows + j0 * d + (has_dim ? dim : 0);
+            int j = 0;
+            for (; j + 8 <= n; j += 8) {
+                float vv[8], ee[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    vv[u] = has_dim ? v[int64_t(j + u) * d] : 0.0f;
+                    ee[u] = e[warp][j + u];
+                }
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    den = __fadd_rn(den, ee[u]);
+                    acc = __fadd_rn(acc, __fmul_rn(ee[u], vv[u]));
+                }
+            }
+            for (; j < n; ++j) {
+                const float ej = e[warp][j];
+                den = __fadd_rn(den, ej);
+                acc = __fadd_rn(acc, __fmul_rn(ej, has_dim ? v[int64_t(j) * d] : 0.0f));
+            }
         }
     }
-    den = __shfl_sync(0xffffffffu, den, 0);
     if (head && dim < d) o[h * d + dim] = __fdiv_rn(acc, den);
 }
 

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads)
     matvec_float_kernel(const void *__restrict__ w, int64_t n_rows, int64_t k, int64_t span,
                         const int32_t *__restrict__ ids, bool x_per_slot,
                         const float *__restrict__ x, float *__restrict__ y,
-                        double *__restrict__ partial) {
+                        double *__restrict__ partial, unsigned *__restrict__ counters) {
     dev::wait_for_previous_kernels();
     constexpr int kGroups = kThreads / TPR, kWarpsPerGroup = TPR / kWarp;
     __shared__ double sums[kGroups][kWarpsPerGroup];
@@ -105,17 +105,23 @@ __global__ void __launch_bounds__(kThreads)
         else
             partial[row * gridDim.y + blockIdx.y] = v;
     }
-}
-
-// y[row] = f32(sum of the row's partial sums, in split order).
-__global__ void add_partials_kernel(const double *__restrict__ partial, int64_t n_rows, int split,
-                                    float *__restrict__ y) {
-    dev::wait_for_previous_kernels();
-    const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (row >= n_rows) return;
-    double v = 0.0;
-    for (int s = 0; s < split; ++s) v += partial[row * split + s];
-    y[row] = static_cast<float>(v);
+    if (gridDim.y == 1) return;
+    // Split k: the last block of this row group to arrive adds the partial sums in split order
+    // (the threadfence reduction pattern: each block's partials are visible device-wide before
+    // its arrival is counted). The counter is reset for the next launch.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    unsigned *arrived = counters + slot * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) last = atomicAdd(arrived, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    if (t == 0 && row < n_rows) {
+        double v = 0.0;
+        for (unsigned s = 0; s < gridDim.y; ++s) v += __ldcg(partial + row * gridDim.y + s);
+        y[row] = static_cast<float>(v);
+    }
+    if (threadIdx.x == 0) *arrived = 0;
 }
 
 struct Plan {
@@ -148,61 +154,63 @@ struct Slots {
 
 template <GgmlType T>
 void launch(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
-            double *partial, cudaStream_t s) {
+            double *partial, unsigned *counters, cudaStream_t s) {
     const dim3 grid(unsigned((w.n_rows + kThreads / p.tpr - 1) / (kThreads / p.tpr)),
                     unsigned(p.split), unsigned(sl.n_slots));
     switch (p.tpr) {
         case 256:
             launch_kernel(matvec_float_kernel<T, 256>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
-                          p.span, sl.ids, sl.x_per_slot, x, y, partial);
+                          p.span, sl.ids, sl.x_per_slot, x, y, partial, counters);
             break;
         case 128:
             launch_kernel(matvec_float_kernel<T, 128>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
-                          p.span, sl.ids, sl.x_per_slot, x, y, partial);
+                          p.span, sl.ids, sl.x_per_slot, x, y, partial, counters);
             break;
         case 64:
             launch_kernel(matvec_float_kernel<T, 64>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
-                          p.span, sl.ids, sl.x_per_slot, x, y, partial);
+                          p.span, sl.ids, sl.x_per_slot, x, y, partial, counters);
             break;
         default:
             launch_kernel(matvec_float_kernel<T, 32>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
-                          p.span, sl.ids, sl.x_per_slot, x, y, partial);
+                          p.span, sl.ids, sl.x_per_slot, x, y, partial, counters);
     }
 }
 
 void run(const FloatMatrix &w, const Slots &sl, const float *x, float *y, void *scratch,
          cudaStream_t stream) {
     const Plan p = plan(w, sl.n_slots);
-    auto *partial = static_cast<double *>(scratch);
-    if (p.split > 1 && !partial) throw ds4::Error("matvec_float: this matrix needs scratch");
+    auto *counters = static_cast<unsigned *>(scratch);
+    auto *partial = reinterpret_cast<double *>(static_cast<char *>(scratch) +
+                                               (scratch ? kFloatMatvecCounterBytes : 0));
+    if (p.split > 1) {
+        if (!scratch) throw ds4::Error("matvec_float: this matrix needs scratch");
+        const int64_t groups = (w.n_rows + kThreads / p.tpr - 1) / (kThreads / p.tpr) * sl.n_slots;
+        if (size_t(groups) * sizeof(unsigned) > kFloatMatvecCounterBytes)
+            throw ds4::Error("matvec_float: more split row groups than counters");
+    }
     switch (w.type) {
         case GgmlType::F32:
-            launch<GgmlType::F32>(w, p, sl, x, y, partial, stream);
+            launch<GgmlType::F32>(w, p, sl, x, y, partial, counters, stream);
             break;
         case GgmlType::F16:
-            launch<GgmlType::F16>(w, p, sl, x, y, partial, stream);
+            launch<GgmlType::F16>(w, p, sl, x, y, partial, counters, stream);
             break;
         case GgmlType::BF16:
-            launch<GgmlType::BF16>(w, p, sl, x, y, partial, stream);
+            launch<GgmlType::BF16>(w, p, sl, x, y, partial, counters, stream);
             break;
         default:
             throw ds4::Error("matvec_float takes F32, F16 or BF16 weights");
     }
     DS4_CUDA_CHECK(cudaGetLastError());
-    if (p.split > 1) {
-        // The slots' rows are consecutive in y and in the partial sums: one pass over them all.
-        const int64_t rows = w.n_rows * sl.n_slots;
-        launch_kernel(add_partials_kernel, unsigned((rows + 255) / 256), 256, 0, stream, partial,
-                      rows, p.split, y);
-        DS4_CUDA_CHECK(cudaGetLastError());
-    }
 }
 
 }  // namespace
 
 size_t float_matvec_scratch_bytes(const FloatMatrix &w) {
     const Plan p = plan(w);
-    return p.split > 1 ? size_t(w.n_rows) * size_t(p.split) * sizeof(double) : 0;
+    return p.split > 1
+               ? kFloatMatvecCounterBytes + size_t(w.n_rows) * size_t(p.split) * sizeof(double)
+               : 0;
 }
 
 void matvec_float(const FloatMatrix &w, const float *x, float *y, void *scratch,
@@ -214,7 +222,9 @@ void matvec_float(const FloatMatrix &w, const float *x, float *y, void *scratch,
 size_t float_matvec_experts_scratch_bytes(const FloatMatrix &w, int n_ids) {
     if (n_ids <= 0) return 0;
     const Plan p = plan(w, n_ids);
-    return p.split > 1 ? size_t(w.n_rows) * size_t(n_ids) * size_t(p.split) * sizeof(double) : 0;
+    return p.split > 1 ? kFloatMatvecCounterBytes +
+                             size_t(w.n_rows) * size_t(n_ids) * size_t(p.split) * sizeof(double)
+                       : 0;
 }
 
 void matvec_float_experts(const FloatMatrix &w, const int32_t *ids, int n_ids, const float *x,

@@ -30,7 +30,11 @@ struct FloatMatrix {
 };
 
 // Matrices with few rows split k over several blocks (up to 8); their partial double sums go to
-// `scratch` (at least float_matvec_scratch_bytes(w)), then one more kernel adds them in order.
+// `scratch` (at least float_matvec_scratch_bytes(w)), and the last block of a row group to finish
+// (an arrival counter per group) adds them in split order: one launch, the same bits whichever
+// block is last. The scratch's first kFloatMatvecCounterBytes hold the counters: they must be
+// zero before the first product and each product leaves them zero.
+constexpr size_t kFloatMatvecCounterBytes = 4096;
 size_t float_matvec_scratch_bytes(const FloatMatrix &w);
 void matvec_float(const FloatMatrix &w, const float *x, float *y, void *scratch,
                   cudaStream_t stream);

@@ -156,6 +156,8 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     q8k_d_ = device_array<float>(act / 256 + 1);
     q8k_bsums_ = device_array<int16_t>(act / 16 + 1);
     float_scratch_ = cuda::DeviceBuffer(std::max<size_t>(m_.float_scratch_bytes(), 16));
+    // The split products' arrival counters start at zero (float_matvec.h).
+    DS4_CUDA_CHECK(cudaMemset(float_scratch_.get(), 0, float_scratch_.bytes()));
     flat_ = device_array<float>(size_t(hp.n_hc) * hp.n_embd);
     mixes_ = device_array<float>(hp.n_hc_mix());
     head_w_ = device_array<float>(hp.n_hc);
