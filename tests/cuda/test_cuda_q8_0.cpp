@@ -265,5 +265,79 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaQ8_0Experts,
                                     std::to_string(info.param.k);
                          });
 
+// A batch of tokens (matmul_q8_0) against one matvec per token: the same bits, for batches that
+// fill, do not fill, and exceed the kernel's 8 tokens per block, and rows of every thread split
+// (k of 96 to 8192 values).
+TEST(CudaQ8_0, BatchedProductHasEachTokensMatvecBits) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    struct Shape {
+        int64_t n_rows, k;
+    };
+    for (const Shape sh : {Shape{300, 4096}, Shape{1024, 1024}, Shape{37, 96}, Shape{64, 8192}}) {
+        const auto w = quant::random_blocks(GgmlType::Q8_0, sh.n_rows * sh.k, 900 + sh.k);
+        const Q8_0Weights dw(w.data(), sh.n_rows, sh.k);
+        for (const int64_t m : {int64_t(1), int64_t(3), int64_t(8), int64_t(13), int64_t(33)}) {
+            const auto x = random_floats(m * sh.k, 950 + m, 4.0f);
+            const DeviceActivation a = quantize_on_device(x);  // the m rows' blocks back to back
+            const int64_t nb = sh.k / 32;
+            DeviceBuffer batch(size_t(m * sh.n_rows) * sizeof(float)),
+                one(size_t(sh.n_rows) * sizeof(float));
+            DS4_CUDA_CHECK(cudaMemset(batch.get(), 0xff, batch.bytes()));
+            matmul_q8_0(dw.matrix(), a.q.as<int8_t>(), a.d.as<float>(), m, batch.as<float>(),
+                        nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto got = to_host<float>(batch, size_t(m * sh.n_rows));
+            for (int64_t t = 0; t < m; ++t) {
+                DS4_CUDA_CHECK(cudaMemset(one.get(), 0xff, one.bytes()));
+                matvec_q8_0(dw.matrix(), a.q.as<int8_t>() + t * sh.k, a.d.as<float>() + t * nb,
+                            one.as<float>(), nullptr);
+                DS4_CUDA_CHECK(cudaDeviceSynchronize());
+                const auto want = to_host<float>(one, size_t(sh.n_rows));
+                for (float v : want) ASSERT_FALSE(std::isnan(v));
+                ASSERT_EQ(std::memcmp(got.data() + t * sh.n_rows, want.data(),
+                                      size_t(sh.n_rows) * sizeof(float)),
+                          0)
+                    << sh.n_rows << "x" << sh.k << ", token " << t << " of " << m;
+            }
+        }
+    }
+}
+
+// The grouped batch (matmul_q8_0_groups, the output projection of a prefill chunk) against one
+// matvec per token and group on its slice: the same bits.
+TEST(CudaQ8_0, GroupedBatchHasEachGroupsMatvecBits) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int kGroups = 8;
+    constexpr int64_t kR = 64, kK = 512, kNb = kK / 32;
+    const auto w = quant::random_blocks(GgmlType::Q8_0, kGroups * kR * kK, 990);
+    const Q8_0Weights dw(w.data(), kGroups * kR, kK);
+    const Q8_0Matrix full = dw.matrix();
+    for (const int64_t m : {int64_t(1), int64_t(5), int64_t(9)}) {
+        const auto x = random_floats(m * kGroups * kK, 991 + m, 4.0f);
+        const DeviceActivation a = quantize_on_device(x);
+        DeviceBuffer batch(size_t(m * kGroups * kR) * sizeof(float)), one(size_t(kR) * 4);
+        DS4_CUDA_CHECK(cudaMemset(batch.get(), 0xff, batch.bytes()));
+        matmul_q8_0_groups(Q8_0Matrix{full.qs, full.d, kR, kK}, kGroups, a.q.as<int8_t>(),
+                           a.d.as<float>(), m, batch.as<float>(), nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(batch, size_t(m * kGroups * kR));
+        for (int64_t t = 0; t < m; ++t)
+            for (int g = 0; g < kGroups; ++g) {
+                const Q8_0Matrix block{full.qs + g * kR * kK, full.d + g * kR * kNb, kR, kK};
+                const int64_t x0 = t * kGroups * kK + g * kK;
+                DS4_CUDA_CHECK(cudaMemset(one.get(), 0xff, one.bytes()));
+                matvec_q8_0(block, a.q.as<int8_t>() + x0, a.d.as<float>() + x0 / 32,
+                            one.as<float>(), nullptr);
+                DS4_CUDA_CHECK(cudaDeviceSynchronize());
+                const auto want = to_host<float>(one, size_t(kR));
+                for (float v : want) ASSERT_FALSE(std::isnan(v));
+                ASSERT_EQ(std::memcmp(got.data() + (t * kGroups + g) * kR, want.data(),
+                                      size_t(kR) * sizeof(float)),
+                          0)
+                    << "token " << t << " group " << g << " of a batch of " << m;
+            }
+    }
+}
+
 }  // namespace
 }  // namespace ds4::cuda

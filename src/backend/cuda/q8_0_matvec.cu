@@ -14,7 +14,8 @@ namespace {
 
 constexpr int kBlock = 32;  // values per Q8_0 block
 constexpr int kWarp = 32;
-constexpr int kLaneBytes = 16;  // one int4 load: half a block
+constexpr int kLaneBytes = 16;   // one int4 load: half a block
+constexpr int kBatchTokens = 8;  // tokens per block of a batched product
 
 // One warp per block of 32 activations: lane i owns x[i].
 __global__ void quantize_q8_0_activation_kernel(const float *__restrict__ x, int64_t n_blocks,
@@ -57,41 +58,65 @@ __device__ __forceinline__ int dot16(const int4 w, const int4 x) {
 // blockIdx.y is the output slot: with ids, the rows are those of expert ids[slot] (clamped
 // into the n_experts matrices), and with x_per_slot the activation is the slot's own row. A
 // dense product is one slot without ids: the same arithmetic either way.
-template <int TPR, int R>
+// With T > 1 (a batch of tokens, no ids) slot s holds tokens s T .. s T + T - 1 (of n_tokens):
+// each weight piece loaded is used for T activations, so a pass over the matrix serves T tokens.
+// Each token's terms, order and reductions are those of T = 1: the same bits per token.
+template <int TPR, int R, int T>
 __global__ void __launch_bounds__(256)
     matvec_q8_0_kernel(const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd,
                        int64_t n_rows, int64_t k, const int32_t *__restrict__ ids,
                        int64_t n_experts, bool x_per_slot, const int8_t *__restrict__ xq,
-                       const float *__restrict__ xd, float *__restrict__ y) {
+                       const float *__restrict__ xd, float *__restrict__ y, int64_t n_tokens,
+                       int64_t x_stride, int64_t y_stride) {
     dev::wait_for_previous_kernels();
     constexpr int kGroups = 256 / TPR, kWarpsPerGroup = TPR / kWarp;
-    __shared__ float partial[kGroups][kWarpsPerGroup][R];
+    __shared__ float partial[kGroups][kWarpsPerGroup][R * T];
     const int group = threadIdx.x / TPR, t = threadIdx.x % TPR, lane = threadIdx.x % kWarp;
     const int64_t row0 = (int64_t(blockIdx.x) * kGroups + group) * R;
     const int64_t nb = k / kBlock, slot = blockIdx.y;
-    if (ids) {
-        const int64_t expert = min(max(int64_t(ids[slot]), int64_t(0)), n_experts - 1);
-        wq += expert * n_rows * k;
-        wd += expert * n_rows * nb;
+    int n_tok = 1;  // tokens of this slot
+    if constexpr (T == 1) {
+        if (ids) {
+            const int64_t expert = min(max(int64_t(ids[slot]), int64_t(0)), n_experts - 1);
+            wq += expert * n_rows * k;
+            wd += expert * n_rows * nb;
+        }
+        if (x_per_slot) {
+            xq += slot * k;
+            xd += slot * nb;
+        }
+        y += slot * n_rows;
+    } else {
+        // blockIdx.z: the group of a grouped product (matrix z of n_rows rows, activation
+        // slice z of each token's row); tokens are x_stride values and y_stride outputs apart.
+        const int64_t tok0 = slot * T, g = blockIdx.z;
+        n_tok = int(min(int64_t(T), n_tokens - tok0));
+        wq += g * n_rows * k;
+        wd += g * n_rows * nb;
+        xq += tok0 * x_stride + g * k;
+        xd += tok0 * (x_stride / kBlock) + g * nb;
+        y += tok0 * y_stride + g * n_rows;
     }
-    if (x_per_slot) {
-        xq += slot * k;
-        xd += slot * nb;
-    }
-    y += slot * n_rows;
-    float acc[R];
+    float acc[R][T];
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int u = 0; u < T; ++u) acc[r][u] = 0.0f;
     const bool even = (lane & 1) == 0;
     for (int64_t base = 0; base < k; base += int64_t(TPR) * kLaneBytes) {
         const int64_t off = base + int64_t(t) * kLaneBytes;
         const bool active = off < k;  // k is a multiple of 32: both halves of a block agree
         const int64_t blk = off / kBlock;
-        int4 x = make_int4(0, 0, 0, 0);
-        float dx = 0.0f;
-        if (active) {
-            x = __ldg(reinterpret_cast<const int4 *>(xq + off));
-            dx = __ldg(xd + blk);
+        int4 x[T];
+        float dx[T];
+#pragma unroll
+        for (int u = 0; u < T; ++u) {
+            x[u] = make_int4(0, 0, 0, 0);
+            dx[u] = 0.0f;
+            if (active && u < n_tok) {
+                x[u] = __ldg(reinterpret_cast<const int4 *>(xq + u * x_stride + off));
+                dx[u] = __ldg(xd + u * (x_stride / kBlock) + blk);
+            }
         }
         int4 w[R];
         uint16_t dw[R];
@@ -106,34 +131,44 @@ __global__ void __launch_bounds__(256)
             }
         }
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            int s = dot16(w[r], x);
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            const float scale = __half2float(__ushort_as_half(dw[r])) * dx;
-            if (even && active) acc[r] += static_cast<float>(s) * scale;
-        }
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int u = 0; u < T; ++u) {
+                int s = dot16(w[r], x[u]);
+                s += __shfl_xor_sync(0xffffffffu, s, 1);
+                const float scale = __half2float(__ushort_as_half(dw[r])) * dx[u];
+                if (even && active) acc[r][u] += static_cast<float>(s) * scale;
+            }
     }
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-        float v = acc[r];
-        for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-        acc[r] = v;
-    }
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int u = 0; u < T; ++u) {
+            float v = acc[r][u];
+            for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+            acc[r][u] = v;
+        }
     if constexpr (kWarpsPerGroup == 1) {
         if (lane == 0)
 #pragma unroll
-            for (int r = 0; r < R; ++r)
-                if (row0 + r < n_rows) y[row0 + r] = acc[r];
+            for (int u = 0; u < T; ++u)
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    if (row0 + r < n_rows && u < n_tok) y[u * y_stride + row0 + r] = acc[r][u];
     } else {
         if (lane == 0)
 #pragma unroll
-            for (int r = 0; r < R; ++r) partial[group][t / kWarp][r] = acc[r];
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int u = 0; u < T; ++u) partial[group][t / kWarp][r * T + u] = acc[r][u];
         __syncthreads();
-        if (t < R && row0 + t < n_rows) {
+        for (int i = t; i < R * T; i += TPR) {
+            const int r = i / T, u = i % T;
+            if (row0 + r >= n_rows || u >= n_tok) continue;
             float v = 0.0f;
 #pragma unroll
-            for (int w = 0; w < kWarpsPerGroup; ++w) v += partial[group][w][t];
-            y[row0 + t] = v;
+            for (int w = 0; w < kWarpsPerGroup; ++w) v += partial[group][w][i];
+            y[u * y_stride + row0 + r] = v;
         }
     }
 }
@@ -146,13 +181,22 @@ struct Slots {
     bool x_per_slot = false;
 };
 
-template <int TPR, int R>
+// A batch of tokens for T > 1: n_tokens of them, x_stride / y_stride apart, over `groups`
+// matrices of w.n_rows rows (a grouped product; 1: a plain one).
+struct Batch {
+    int64_t n_tokens = 1, x_stride = 0, y_stride = 0;
+    int groups = 1;
+};
+
+template <int TPR, int R, int T = 1>
 void launch_matvec(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, const float *xd, float *y,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const Batch &b = {}) {
     constexpr int kRowsPerBlock = 256 / TPR * R;
-    const dim3 grid(unsigned((w.n_rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(s.n_slots));
-    launch_kernel(matvec_q8_0_kernel<TPR, R>, grid, 256, 0, stream, w.qs, w.d, w.n_rows, w.k, s.ids,
-                  s.n_experts, s.x_per_slot, xq, xd, y);
+    const int64_t slots = T == 1 ? s.n_slots : (b.n_tokens + T - 1) / T;
+    const dim3 grid(unsigned((w.n_rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(slots),
+                    unsigned(T == 1 ? 1 : b.groups));
+    launch_kernel(matvec_q8_0_kernel<TPR, R, T>, grid, 256, 0, stream, w.qs, w.d, w.n_rows, w.k,
+                  s.ids, s.n_experts, s.x_per_slot, xq, xd, y, b.n_tokens, b.x_stride, b.y_stride);
 }
 
 template <int TPR>
@@ -183,6 +227,31 @@ void launch_matvec_any(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, co
         launch_matvec_rows<64>(w, s, xq, xd, y, stream);
     else
         launch_matvec_rows<32>(w, s, xq, xd, y, stream);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+// A batch of tokens: 8 per block, two rows per group (x for 8 tokens is loaded once per pass
+// for both rows).
+template <int TPR>
+void launch_batch(const Q8_0Matrix &w, const int8_t *xq, const float *xd, const Batch &b, float *y,
+                  cudaStream_t stream) {
+    launch_matvec<TPR, 2, kBatchTokens>(w, Slots{}, xq, xd, y, stream, b);
+}
+
+void launch_batch_any(const Q8_0Matrix &w, const int8_t *xq, const float *xd, const Batch &b,
+                      float *y, cudaStream_t stream) {
+    if (w.n_rows == 0 || b.n_tokens <= 0) return;
+    if ((b.n_tokens + kBatchTokens - 1) / kBatchTokens > 65535 || b.groups > 65535)
+        throw ds4::Error("matmul_q8_0: too many tokens or groups for one launch");
+    const int64_t pieces = w.k / kLaneBytes;
+    if (pieces >= 256)
+        launch_batch<256>(w, xq, xd, b, y, stream);
+    else if (pieces >= 128)
+        launch_batch<128>(w, xq, xd, b, y, stream);
+    else if (pieces >= 64)
+        launch_batch<64>(w, xq, xd, b, y, stream);
+    else
+        launch_batch<32>(w, xq, xd, b, y, stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -231,6 +300,18 @@ void matvec_q8_0(const Q8_0Matrix &w, const int8_t *xq, const float *xd, float *
                  cudaStream_t stream) {
     if (w.n_rows == 0) return;
     launch_matvec_any(w, Slots{}, xq, xd, y, stream);
+}
+
+void matmul_q8_0(const Q8_0Matrix &w, const int8_t *xq, const float *xd, int64_t n_tokens, float *y,
+                 cudaStream_t stream) {
+    launch_batch_any(w, xq, xd, Batch{n_tokens, w.k, w.n_rows, 1}, y, stream);
+}
+
+void matmul_q8_0_groups(const Q8_0Matrix &w, int groups, const int8_t *xq, const float *xd,
+                        int64_t n_tokens, float *y, cudaStream_t stream) {
+    if (groups < 1) throw ds4::Error("matmul_q8_0_groups: at least one group");
+    launch_batch_any(w, xq, xd, Batch{n_tokens, groups * w.k, groups * w.n_rows, groups}, y,
+                     stream);
 }
 
 void matvec_q8_0_experts(const Q8_0Matrix &w, int64_t n_experts, const int32_t *ids, int n_ids,

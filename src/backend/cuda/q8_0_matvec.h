@@ -62,6 +62,16 @@ void quantize_q8_0_activation(const float *x, int64_t k, int8_t *xq, float *xd,
 // y[n_rows] = W x, with x quantized by quantize_q8_0_activation.
 void matvec_q8_0(const Q8_0Matrix &w, const int8_t *xq, const float *xd, float *y,
                  cudaStream_t stream);
+// A batch of tokens (prefill): y[t][n_rows] = W x_t for t < n_tokens, xq and xd holding the
+// tokens' quantized rows back to back (k int8 and k / 32 scales each). Each weight piece read
+// serves 8 tokens; every output has matvec_q8_0's bits for its token.
+void matmul_q8_0(const Q8_0Matrix &w, const int8_t *xq, const float *xd, int64_t n_tokens, float *y,
+                 cudaStream_t stream);
+// The grouped product of a batch (the attention's output projection): w holds `groups` matrices
+// of w.n_rows rows of w.k back to back; token t's row of groups * w.k values is split into the
+// groups' slices; y[t][g][n_rows] = W_g slice_g(x_t). The bits of matvec_q8_0 on each group.
+void matmul_q8_0_groups(const Q8_0Matrix &w, int groups, const int8_t *xq, const float *xd,
+                        int64_t n_tokens, float *y, cudaStream_t stream);
 // w: n_experts matrices of w.n_rows rows back to back (Q8_0Weights with n_experts); ids: n_ids
 // expert ids (device; clamped into [0, n_experts): the caller validates them); y: n_ids *
 // w.n_rows floats. xq, xd: one quantized activation row for every slot, or (x_per_slot) n_ids

@@ -152,6 +152,10 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     const size_t act = std::max({size_t(m_.max_k()), K * F, size_t(hp.n_head) * hp.head_dim});
     xq_ = device_array<int8_t>(act);
     xd_ = device_array<float>(act / 32 + 1);
+    // A batch's Q8_0 activations (batched products: linear with several tokens, the grouped
+    // output projection's whole rows of n_head * head_dim values included).
+    xq_batch_ = device_array<int8_t>(size_t(max_batch) * act);
+    xd_batch_ = device_array<float>(size_t(max_batch) * act / 32 + 1);
     q8k_q_ = device_array<int8_t>(act);
     q8k_d_ = device_array<float>(act / 256 + 1);
     q8k_bsums_ = device_array<int16_t>(act / 16 + 1);
@@ -344,6 +348,22 @@ void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
         return;
     const DeviceMatrix &d = m_.matrix(w);
     const ProfileScope scope = weight_scope("linear", w, double(m));
+    if (d.q8_0 && m > 1) {
+        // A batch: every token's row quantized at once (rows of k values: their blocks are the
+        // rows' blocks), then one pass over the weights per 8 tokens, each token's outputs the
+        // bits of its own matvec.
+        const size_t n = size_t(m) * size_t(d.k);
+        if (n > xq_batch_.bytes())
+            throw Error(
+                fmt::format("CUDA backend: a batch of {} x {} activations exceeds the "
+                            "batch scratch of {}",
+                            m, d.k, xq_batch_.bytes()));
+        cuda::quantize_q8_0_activation(X, int64_t(n), xq_batch_.as<int8_t>(), xd_batch_.as<float>(),
+                                       s_);
+        cuda::matmul_q8_0(d.q8_0->matrix(), xq_batch_.as<int8_t>(), xd_batch_.as<float>(), m, Y,
+                          s_);
+        return;
+    }
     for (int64_t t = 0; t < m; ++t) matvec(d, X + t * d.k, Y + t * d.n_rows);
 }
 
@@ -354,6 +374,20 @@ void CudaOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, fl
     const DeviceMatrix &d = m_.matrix(w);
     const int64_t R = d.n_rows / groups, K = d.k;
     const ProfileScope scope = weight_scope("linear", w, double(m));
+    if (d.q8_0 && m > 1) {  // a batch: as linear's, with the groups' slices
+        const size_t n = size_t(m) * groups * size_t(K);
+        if (n > xq_batch_.bytes())
+            throw Error(
+                fmt::format("CUDA backend: a batch of {} x {} activations exceeds the "
+                            "batch scratch of {}",
+                            m, groups * K, xq_batch_.bytes()));
+        cuda::quantize_q8_0_activation(X, int64_t(n), xq_batch_.as<int8_t>(), xd_batch_.as<float>(),
+                                       s_);
+        const cuda::Q8_0Matrix &full = d.q8_0->matrix();
+        cuda::matmul_q8_0_groups(cuda::Q8_0Matrix{full.qs, full.d, R, K}, int(groups),
+                                 xq_batch_.as<int8_t>(), xd_batch_.as<float>(), m, Y, s_);
+        return;
+    }
     for (int64_t t = 0; t < m; ++t) {
         const float *x = X + t * groups * K;
         float *y = Y + t * groups * R;

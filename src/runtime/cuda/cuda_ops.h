@@ -7,8 +7,9 @@
 //
 // A batch of one token (decode) runs as a CUDA graph captured at the first step and replayed
 // after (decode_graphs.h; DS4_CUDA_GRAPHS=0 launches every kernel instead, for comparisons); a
-// batch of several runs eagerly, token by token through the decode kernels (correct, not yet
-// fast: prefill with tensor cores is still to come).
+// batch of several runs eagerly, token by token through the decode kernels but for the Q8_0
+// linear products, which read their weights once per 8 tokens (matmul_q8_0; prefill with tensor
+// cores is still to come).
 //
 // Everything a step's kernels need that depends on its position is in the StepWords of the
 // token, computed by the host, copied to the device with the tokens, and read there: so the work
@@ -153,6 +154,7 @@ class CudaOps final : public Ops {
     cuda::DeviceBuffer group_ids_;  // int32 0..n_out_group-1: a grouped product as experts
     // scratch of one token's operations
     cuda::DeviceBuffer xq_, xd_, q8k_q_, q8k_d_, q8k_bsums_, float_scratch_;
+    cuda::DeviceBuffer xq_batch_, xd_batch_;
     cuda::DeviceBuffer flat_, mixes_, head_w_;
     cuda::DeviceBuffer rows_, scores_, idx_scores_, selected_, topk_scratch_;
     cuda::DeviceBuffer expert_ids_, expert_w_, gate_, up_;
