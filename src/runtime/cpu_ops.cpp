@@ -47,6 +47,9 @@ float *CpuOps::buffer(size_t n) {
 
 void CpuOps::end_batch() {
     cache_.n_past += static_cast<int64_t>(tokens_.size());
+    // The batch's layers are done with every routed expert they got (the output head reads
+    // none): a streaming expert source may reuse their slots, and counts one step of its decay.
+    ctx_.experts.step_done();
 }
 
 void CpuOps::embed(float *X) {

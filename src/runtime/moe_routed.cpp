@@ -41,6 +41,19 @@ Routing route(ForwardContext &ctx, uint32_t il, const float *logits, int32_t tok
 
 namespace {
 
+// Calls layer_done(il) when the layer's pass over the expert source ends, however it ends.
+class LayerPass {
+  public:
+    LayerPass(experts::ExpertSource &source, uint32_t il) : source_(source), il_(il) {}
+    ~LayerPass() { source_.layer_done(il_); }
+    LayerPass(const LayerPass &) = delete;
+    LayerPass &operator=(const LayerPass &) = delete;
+
+  private:
+    experts::ExpertSource &source_;
+    uint32_t il_;
+};
+
 // The rows of `all` (one per token) that an expert's users name, in their order: `all` itself
 // when that is every row in order (decode), else a copy into `buffer`.
 backend::cpu::ActivationRows expert_rows(const backend::cpu::ActivationRows &all,
@@ -82,9 +95,17 @@ void moe_routed_cpu(ForwardContext &ctx, uint32_t il, const float *XN, const flo
     const auto type_gu = L.ffn_gate_exps->type, type_d = L.ffn_down_exps->type;
     // Every token's input is quantized once for all the gate and up matrices it meets.
     const backend::cpu::ActivationRows XQ = ctx.quantize(type_gu, XN, n, E, ctx.expert_input);
-    for (uint32_t e = 0; e < hp.n_expert; ++e) {
+    // The layer's pass over the expert source (experts/expert_source.h): the union of the batch's
+    // experts announced in the loop's order, so that a streaming source has their reads in flight
+    // together; each get's bytes are used before the next get; layer_done ends the pass, also
+    // when a get or a product throws.
+    std::vector<uint32_t> selected;
+    for (uint32_t e = 0; e < hp.n_expert; ++e)
+        if (!users[e].empty()) selected.push_back(e);
+    ctx.experts.prefetch(il, selected);
+    const LayerPass pass(ctx.experts, il);
+    for (uint32_t e : selected) {
         const auto &who = users[e];
-        if (who.empty()) continue;
         const int64_t m = static_cast<int64_t>(who.size());
         const backend::cpu::ActivationRows X = expert_rows(XQ, who, ctx.expert_rows);
         const experts::ExpertBytes b = ctx.experts.get(il, e);

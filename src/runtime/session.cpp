@@ -18,8 +18,19 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
             throw Error(fmt::format("{}: not the published DeepSeek V4 Flash layout (--strict): {}",
                                     path, why));
     }
+    if (opts.streaming.enabled && opts.backend == Backend::Cuda)
+        throw Error(
+            "SSD streaming of the routed experts runs on the CPU backend only (streaming on CUDA "
+            "is not implemented yet): drop --ssd-streaming or use --backend cpu");
     m->pool_ = std::make_unique<backend::cpu::ThreadPool>(opts.n_threads);
-    m->experts_ = experts::make_resident_source(m->weights_);
+    if (opts.streaming.enabled) {
+        m->streaming_ =
+            std::make_unique<ExpertStreaming>(*m->file_, m->hp_, m->weights_, opts.streaming);
+        m->experts_ = &m->streaming_->source();
+    } else {
+        m->resident_ = experts::make_resident_source(m->weights_);
+        m->experts_ = m->resident_.get();
+    }
     if (opts.backend == Backend::Cuda) {
         try {
             m->device_ = upload_to_cuda(m->hp_, m->weights_, opts.upload_progress);

@@ -15,6 +15,7 @@
 #include "model/hparams.h"
 #include "model/weights.h"
 #include "runtime/device_weights.h"
+#include "runtime/expert_streaming.h"
 #include "runtime/forward_options.h"
 #include "runtime/ops.h"
 
@@ -26,12 +27,17 @@ struct ModelOptions {
     Backend backend = Backend::Cpu;
     // Called as weights are copied to a device: (bytes done, bytes in all).
     std::function<void(uint64_t, uint64_t)> upload_progress;
+    // SSD streaming of the routed experts (expert_streaming.h); CPU backend only.
+    StreamingModelOptions streaming;
 };
 
 class Model {
   public:
     // Opens, validates and binds a deepseek4 GGUF; throws ds4::Error with the file's problem, and
     // BackendUnavailable (device_weights.h) when the file is good but its backend cannot start.
+    // With opts.streaming.enabled the routed experts come from an SSD-streaming cache (their
+    // bytes are never read through the mapping); ds4::Error for a budget below the floor, and
+    // for streaming asked with the CUDA backend (not supported yet).
     static std::unique_ptr<Model> load(const std::string &path, const ModelOptions &opts = {});
 
     const gguf::File &file() const { return *file_; }
@@ -39,6 +45,8 @@ class Model {
     const model::ModelWeights &weights() const { return weights_; }
     backend::cpu::ThreadPool &pool() { return *pool_; }
     experts::ExpertSource &experts() { return *experts_; }
+    // The SSD streaming of the routed experts, or null when they are resident.
+    ExpertStreaming *streaming() { return streaming_.get(); }
     Backend backend() const { return device_ ? Backend::Cuda : Backend::Cpu; }
     // The device copy of the weights (null on the CPU backend).
     DeviceWeights *device() { return device_.get(); }
@@ -49,7 +57,9 @@ class Model {
     model::HParams hp_;
     model::ModelWeights weights_;
     std::unique_ptr<backend::cpu::ThreadPool> pool_;
-    std::unique_ptr<experts::ExpertSource> experts_;
+    std::unique_ptr<ExpertStreaming> streaming_;  // owns the source experts_ points to
+    experts::ExpertSource *experts_ = nullptr;
+    std::unique_ptr<experts::ExpertSource> resident_;
     std::unique_ptr<DeviceWeights> device_;
 };
 

@@ -87,6 +87,24 @@ def ds4_cases(f):
         ["-m", f["tiny"], "-p", "hi", "-n", "1", "-c", "2000000000"],
         ["-m", f["tiny"], "-p", "hi", "-n", "1", "-c", "4294967295"],
     ]
+    return cases + ssd_cases(base, f)
+
+
+# The SSD-streaming flags (tools/common/ssd_streaming_option.h), after a tool's valid base arguments; the
+# popularity files go to a folder of the scratch directory.
+SSD = ["--ssd-streaming", "--ssd-streaming-cache-dir", "ssd-cache"]
+BUDGETS = NUMBERS + ["banana", "1GB", "0.5MB", "100%", "0%", "1e999%", "auto", "AUTO", GARBAGE, LONG]
+
+
+def ssd_cases(base, f):
+    cases = [base + SSD + ["--ssd-streaming-cache-experts", v] for v in BUDGETS]
+    cases += [base + SSD + ["--ssd-streaming-preload-experts", v] for v in NUMBERS]
+    cases += [base + SSD + ["--ssd-streaming-reader", v] for v in ["", "mmap", GARBAGE, "pool", "io_uring"]]
+    cases += [base + SSD + ["--ssd-streaming-cache-dir", v] for v in path_values(f)]
+    cases += [base + ["--ssd-streaming-cold"], base + ["--ssd-streaming-cache-experts", "4"],
+              base + SSD + ["--cuda"], base + SSD + ["--ssd-streaming-buffered", "--ssd-streaming-cold"],
+              base + SSD + ["--ssd-streaming-cold", "--ssd-streaming-preload-experts", "1"],
+              base + SSD + ["--ssd-streaming-cache-experts"]]
     return cases
 
 
@@ -103,6 +121,8 @@ def bench_cases(f):
               base + ["--backend", "cuda", "--cpu"], base + ["--metal"], base + ["--ctx-max", "4000000000"],
               ["-m", f["tiny"], "--prompt-file", f["text"], "--ctx-start", "1", "--ctx-max", "4000000000",
                "--step-incr", "1"], base + ["--system", LONG], base + ["--ctx-alloc", "4294967295"]]
+    cases += [base + SSD + ["--ssd-streaming-cache-experts", v] for v in ["banana", "1", "0.5MB", "50%", LONG]]
+    cases += [base + SSD + ["--warm-weights"], base + SSD + ["--cuda"], base + ["--ssd-streaming-cold"]]
     return cases
 
 
@@ -126,7 +146,10 @@ def other_tool_cases(f):
             ["--kv-roundtrip", "--consistency-model", f["dir"]],
             ["--backend", GARBAGE], ["--backend", LONG], ["--cuda", "--kv-roundtrip"], ["--cpu", "--cuda"],
             ["--backend-parity"], ["--backend-parity", "--consistency-model", f["trunc"]],
-            ["--backend-parity", "-m", f["garbage"]], ["--backend-parity", "-p", GARBAGE, "-p", "b"]]
+            ["--backend-parity", "-m", f["garbage"]], ["--backend-parity", "-p", GARBAGE, "-p", "b"],
+            ["--ssd-streaming-cache-pressure", "--cuda"], ["--ssd-streaming", "--cuda", "--kv-roundtrip"],
+            ["--ssd-streaming-cold", "--kv-roundtrip"], ["--ssd-streaming-cache-pressure", "--vocab", f["dir"]]]
+    test += [["--kv-roundtrip", *SSD, "--ssd-streaming-cache-experts", v] for v in ["banana", "1", "2", "auto"]]
     test += [["--backend-parity", "--parity-bound", v] for v in NUMBERS]
     test += [["--backend-parity", "-n", v] for v in NUMBERS]
     test += [["--backend-parity", "--prompt-file", v] for v in path_values(f)]

@@ -17,9 +17,55 @@ const std::vector<std::string> &bench_columns() {
     return cols;
 }
 
+const std::vector<std::string> &ssd_columns() {
+    static const std::vector<std::string> cols = {
+        "ssd_entries",    "ssd_hits",         "ssd_misses",
+        "ssd_hit_rate",   "ssd_bytes_read",   "ssd_read_gibps",
+        "ssd_io_wait_ms", "ssd_gen_hit_rate", "ssd_gen_bytes_per_token"};
+    return cols;
+}
+
+namespace {
+
+double hit_rate(const experts::ExpertStats &s) {
+    return s.gets ? double(s.hits) / double(s.gets) : 0.0;
+}
+
+// The SSD cells of a row: each the median over the runs.
+void add_ssd_cells(const std::vector<std::vector<FrontierSample>> &runs, size_t f, CsvRecord &row) {
+    std::vector<double> hits, misses, rate, bytes, gibps, wait_ms, gen_rate, gen_bpt;
+    for (const auto &run : runs) {
+        const FrontierSample &s = run.at(f);
+        const experts::ExpertStats &a = s.ssd_all, &g = s.ssd_gen;
+        hits.push_back(double(a.hits));
+        misses.push_back(double(a.misses));
+        rate.push_back(hit_rate(a));
+        bytes.push_back(double(a.bytes_read));
+        gibps.push_back(a.io_busy_ns ? double(a.disk_bytes) / (1024.0 * 1024 * 1024) /
+                                           (double(a.io_busy_ns) / 1e9)
+                                     : 0.0);
+        wait_ms.push_back(double(a.io_wait_ns) / 1e6);
+        gen_rate.push_back(hit_rate(g));
+        gen_bpt.push_back(s.gen_tokens ? double(g.bytes_read) / s.gen_tokens : 0.0);
+    }
+    row["ssd_entries"] = fmt::format("{}", runs[0].at(f).ssd_all.entries);
+    row["ssd_hits"] = fmt::format("{:.0f}", median(hits));
+    row["ssd_misses"] = fmt::format("{:.0f}", median(misses));
+    row["ssd_hit_rate"] = fmt::format("{:.4f}", median(rate));
+    row["ssd_bytes_read"] = fmt::format("{:.0f}", median(bytes));
+    row["ssd_read_gibps"] = fmt::format("{:.3f}", median(gibps));
+    row["ssd_io_wait_ms"] = fmt::format("{:.3f}", median(wait_ms));
+    row["ssd_gen_hit_rate"] = fmt::format("{:.4f}", median(gen_rate));
+    row["ssd_gen_bytes_per_token"] = fmt::format("{:.0f}", median(gen_bpt));
+}
+
+}  // namespace
+
 CsvTable median_rows(const std::vector<std::vector<FrontierSample>> &runs) {
     if (runs.empty()) throw Error("no benchmark runs");
     CsvTable t{.header = bench_columns()};
+    if (!runs[0].empty() && runs[0][0].ssd)
+        t.header.insert(t.header.end(), ssd_columns().begin(), ssd_columns().end());
     for (size_t f = 0; f < runs[0].size(); ++f) {
         const FrontierSample &first = runs[0][f];
         std::vector<double> prefill_tps, gen_tps, ttft, first_decode, p50, p95;
@@ -54,6 +100,7 @@ CsvTable median_rows(const std::vector<std::vector<FrontierSample>> &runs) {
             {"max_rss_bytes", fmt::format("{}", rss)},
             {"tokens_sha256", first.tokens_sha256},
         });
+        if (first.ssd) add_ssd_cells(runs, f, t.rows.back());
     }
     return t;
 }

@@ -20,6 +20,10 @@ struct CsvTable {
 // ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,ttft_ms,
 // first_decode_ms,p50_ms,p95_ms,max_rss_bytes,tokens_sha256
 const std::vector<std::string> &bench_columns();
+// Appended after those when the model streams its experts (--ssd-streaming), so that the CSV of a
+// resident run keeps its columns: ssd_entries,ssd_hits,ssd_misses,ssd_hit_rate,ssd_bytes_read,
+// ssd_read_gibps,ssd_io_wait_ms,ssd_gen_hit_rate,ssd_gen_bytes_per_token (docs/BENCH.md).
+const std::vector<std::string> &ssd_columns();
 
 // runs[r][f]: run r, frontier f. Timings become medians over the runs, max_rss_bytes the maximum.
 // Throws ds4::Error when the runs disagree on the generated tokens or the KV size: a benchmark of

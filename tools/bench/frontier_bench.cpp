@@ -30,6 +30,21 @@ int32_t greedy_except(const std::vector<float> &logits, int32_t excluded) {
     return best;
 }
 
+// The accounting between two readings of a source's statistics.
+experts::ExpertStats stats_since(const experts::ExpertStats &a, const experts::ExpertStats &b) {
+    experts::ExpertStats d = b;
+    d.gets = b.gets - a.gets;
+    d.hits = b.hits - a.hits;
+    d.misses = b.misses - a.misses;
+    d.bytes_read = b.bytes_read - a.bytes_read;
+    d.disk_bytes = b.disk_bytes - a.disk_bytes;
+    d.preloaded = b.preloaded - a.preloaded;
+    d.prefetch_unused = b.prefetch_unused - a.prefetch_unused;
+    d.io_wait_ns = b.io_wait_ns - a.io_wait_ns;
+    d.io_busy_ns = b.io_busy_ns - a.io_busy_ns;
+    return d;
+}
+
 size_t max_rss_bytes() {
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
@@ -52,9 +67,12 @@ std::vector<FrontierSample> run_frontier_pass(
         r.ctx_tokens = frontier;
         r.prefill_tokens = frontier - prev;
         r.gen_tokens = params.gen_tokens;
+        runtime::ExpertStreaming *ssd = model.streaming();
+        const experts::ExpertStats ssd0 = ssd ? ssd->source().stats() : experts::ExpertStats{};
         const auto t0 = Clock::now();
         s.eval(prompt.subspan(prev, frontier - prev));
         const auto t1 = Clock::now();
+        const experts::ExpertStats ssd1 = ssd ? ssd->source().stats() : experts::ExpertStats{};
         r.prefill_s = ms_between(t0, t1) / 1000;
         prev = frontier;
 
@@ -81,6 +99,12 @@ std::vector<FrontierSample> run_frontier_pass(
         r.p50_ms = percentile(step_ms, 50);
         r.p95_ms = percentile(step_ms, 95);
         r.tokens_sha256 = tools::tokens_sha256(generated);
+        if (ssd) {
+            const experts::ExpertStats ssd2 = ssd->source().stats();
+            r.ssd = true;
+            r.ssd_all = stats_since(ssd0, ssd2);
+            r.ssd_gen = stats_since(ssd1, ssd2);
+        }
         s.restore(snap);
         r.max_rss_bytes = max_rss_bytes();
         if (on_row) on_row(r);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/expert_source.h"
 #include "runtime/session.h"
 
 namespace ds4::bench {
@@ -22,6 +23,10 @@ struct FrontierSample {
     size_t kvcache_bytes = 0;       // kv_payload.h
     size_t max_rss_bytes = 0;       // process peak so far
     std::string tokens_sha256;      // of the generated ids
+    // SSD streaming (the model streams its experts): the cache's accounting over this frontier's
+    // prefill and decode, and over its decode alone.
+    bool ssd = false;
+    experts::ExpertStats ssd_all, ssd_gen;
     double prefill_tps() const { return prefill_s > 0 ? prefill_tokens / prefill_s : 0; }
     double gen_tps() const { return gen_s > 0 ? gen_tokens / gen_s : 0; }
 };

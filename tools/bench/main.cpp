@@ -26,6 +26,7 @@
 #include "regression_gate.h"
 #include "run_env.h"
 #include "runtime/session.h"
+#include "ssd_streaming_option.h"
 #include "startup_line.h"
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
@@ -42,6 +43,7 @@ struct Options {
     std::string system = "You are a helpful assistant.";
     int threads = 0;
     ds4::runtime::Backend backend = ds4::runtime::Backend::Cpu;
+    ds4::runtime::StreamingModelOptions streaming;  // --ssd-streaming*
     uint32_t ctx_start = 2048, ctx_max = 32768, ctx_alloc = 0, step_incr = 2048, gen_tokens = 128;
     uint32_t chunk = 256, runs = 1;
     double step_mul = 1, max_regress = 5;
@@ -124,10 +126,13 @@ int run(const Options &opt) {
     if (!opt.csv.empty()) ds4::tools::check_output_writable(opt.csv, "--csv");
 
     auto model = as_usage_error([&] {
-        return ds4::tools::load_model("ds4-bench", opt.model,
-                                      {.n_threads = opt.threads, .backend = opt.backend});
+        return ds4::tools::load_model(
+            "ds4-bench", opt.model,
+            {.n_threads = opt.threads, .backend = opt.backend, .streaming = opt.streaming});
     });
     fmt::print(stderr, "{}", ds4::tools::startup_line("ds4-bench", opt.model, *model));
+    ds4::tools::print_ssd_streaming_startup("ds4-bench", *model);
+    const ds4::tools::SsdStreamingAtExit ssd_report("ds4-bench", *model);
     const ds4::tokenizer::Tokenizer tok = as_usage_error(
         [&] { return ds4::tokenizer::Tokenizer(ds4::tokenizer::load_vocabulary(model->file())); });
     // --prompt-file is raw text, plain BPE; --chat-prompt-file one non-thinking user turn.
@@ -200,6 +205,8 @@ int bench_main(int argc, char **argv) {
         ->capture_default_str();
     app.add_option("-m,--model", opt.model, "GGUF model")->capture_default_str();
     ds4::tools::add_backend_options(app, backend);
+    ds4::tools::SsdStreamingFlags ssd;
+    ds4::tools::add_ssd_streaming_options(app, ssd);
     app.add_flag("--metal", use_metal, "Metal backend (not part of ds4cpp: exits 2)");
     app.add_option("-t,--threads", opt.threads,
                    "CPU threads; 0 (the default) = DS4_THREADS when set, else all cores")
@@ -242,6 +249,11 @@ int bench_main(int argc, char **argv) {
     if (use_metal)
         throw UsageError("the metal backend is not part of ds4cpp; use --backend cpu or cuda");
     opt.backend = backend.backend();
+    opt.streaming = ssd.options(opt.backend, opt.model);
+    if (opt.streaming.enabled && opt.warm_weights)
+        throw UsageError(
+            "--warm-weights touches every page of the model, its routed experts included: it "
+            "cannot be combined with --ssd-streaming");
     // The environment is checked here, before any file is opened.
     opt.threads = ds4::tools::resolve_threads(opt.threads, "ds4-bench");
     ds4::tools::check_simd_env();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/device_weights.h"
+#include "runtime/expert_streaming.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_prompt.h"
 
@@ -17,6 +18,7 @@ struct Options {
     int64_t n_predict = 50000;
     int threads = 0;
     runtime::Backend backend = runtime::Backend::Cpu;
+    runtime::StreamingModelOptions streaming;  // --ssd-streaming*
     uint32_t chunk = 256;
     runtime::SamplerParams sampling;
     tokenizer::ThinkMode think = tokenizer::ThinkMode::kHigh;

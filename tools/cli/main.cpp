@@ -31,6 +31,7 @@
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "speed_line.h"
+#include "ssd_streaming_option.h"
 #include "startup_line.h"
 #include "text_printer.h"
 #include "tokenizer/tokenizer.h"
@@ -128,11 +129,15 @@ int run(Options opt, const Request &req) {
     }
 
     auto model = ds4::tools::from_model_file(opt.model, [&] {
-        return ds4::tools::load_model(
-            "ds4", opt.model,
-            {.n_threads = opt.threads, .strict = opt.strict, .backend = opt.backend});
+        return ds4::tools::load_model("ds4", opt.model,
+                                      {.n_threads = opt.threads,
+                                       .strict = opt.strict,
+                                       .backend = opt.backend,
+                                       .streaming = opt.streaming});
     });
     fmt::print(stderr, "{}", ds4::tools::startup_line("ds4", opt.model, *model));
+    ds4::tools::print_ssd_streaming_startup("ds4", *model);
+    const ds4::tools::SsdStreamingAtExit ssd_report("ds4", *model);
     if (req.inspect) {
         std::fputs(
             ds4::model::inspect_report(opt.model, model->hparams(), model->weights()).c_str(),
@@ -264,6 +269,8 @@ int ds4_main(int argc, char **argv) {
                    "CPU threads; 0 (the default) = DS4_THREADS when set, else all cores")
         ->check(integer_in(0, ds4::tools::kMaxThreads));
     ds4::tools::add_backend_options(app, backend);
+    ds4::tools::SsdStreamingFlags ssd;
+    ds4::tools::add_ssd_streaming_options(app, ssd);
     app.add_option("--chunk", opt.chunk, "Prefill batch size in tokens")
         ->check(integer_in(1, 1 << 20))
         ->default_str("256");
@@ -294,6 +301,7 @@ int ds4_main(int argc, char **argv) {
     if (think + nothink + think_max > 1)
         throw UsageError("--think, --think-max and --nothink are exclusive");
     opt.backend = backend.backend();
+    opt.streaming = ssd.options(opt.backend, opt.model);
     opt.think = nothink     ? ds4::tokenizer::ThinkMode::kNone
                 : think_max ? ds4::tokenizer::ThinkMode::kMax
                             : ds4::tokenizer::ThinkMode::kHigh;

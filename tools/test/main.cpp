@@ -17,6 +17,7 @@
 #include "modes.h"
 #include "repo_paths.h"
 #include "run_env.h"
+#include "ssd_streaming_option.h"
 #include "tool_main.h"
 
 namespace {
@@ -66,6 +67,8 @@ int test_main(int argc, char **argv) {
         ->check(ds4::tools::integer_in(0, ds4::tools::kMaxThreads));
     ds4::tools::BackendFlags backend;
     ds4::tools::add_backend_options(app, backend);
+    ds4::tools::SsdStreamingFlags ssd;
+    ds4::tools::add_ssd_streaming_options(app, ssd);
     std::string prompt_text, prompt_file;
     auto *prompt = app.add_option("-p,--prompt", prompt_text,
                                   "Prompt of --backend-parity (default: its own text of about 250 "
@@ -85,6 +88,9 @@ int test_main(int argc, char **argv) {
     if (prompt->count() + prompt_path->count() > 1)
         throw ds4::tools::UsageError("specify only one prompt source");
     opt.backend = backend.backend();
+    opt.streaming = ssd.options(opt.backend, opt.model);
+    opt.streaming.popularity_file.clear();  // per model, in TestEnv::load_model
+    if (ssd.cache_dir_opt->count() > 0) opt.streaming_cache_dir = ssd.cache_dir;
     if (list) {
         for (const auto &m : all_modes()) fmt::print("--{:<30} {}\n", m.name, m.help);
         return 0;

@@ -4,11 +4,6 @@
 
 namespace ds4::test {
 
-void run_ssd_streaming_cache_pressure(TestEnv &, Report &rep) {
-    rep.skip("ssd-streaming-cache-pressure",
-             "SSD expert streaming is not implemented in this build (only resident experts)");
-}
-
 void run_server(TestEnv &, Report &rep) {
     rep.skip("server", "ds4-server is not implemented in this build");
 }

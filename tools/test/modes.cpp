@@ -19,7 +19,9 @@ const std::vector<Mode> &all_modes() {
          "the committed transformers fixtures (tests/model/fixtures) on their tiny models",
          run_transformers_parity},
         {"ssd-streaming-cache-pressure",
-         "expert streaming at the smallest cache budgets vs resident (not built yet: skipped)",
+         "SSD expert streaming at the smallest cache budgets (floor, 2x floor, 10%, 25%), cold "
+         "and preloaded, vs resident: prefill and decode logits bit-identical (a synthetic q2 "
+         "model, and -m / DS4_TEST_MODEL when set)",
          run_ssd_streaming_cache_pressure},
         {"backend-parity",
          "CPU vs CUDA on one prompt (-p / --prompt-file, else its own) and -n greedy steps "

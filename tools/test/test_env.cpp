@@ -5,6 +5,7 @@
 #include "gguf/gguf_file.h"
 #include "model/synthetic_model.h"
 #include "model_load.h"
+#include "ssd_streaming_option.h"
 
 namespace ds4::test {
 
@@ -36,7 +37,16 @@ const std::string &TestEnv::consistency_model_path() {
 
 std::unique_ptr<runtime::Model> TestEnv::load_model(const std::string &path,
                                                     runtime::Backend backend) {
-    return tools::load_model("ds4-test", path, {.n_threads = opts_.threads, .backend = backend});
+    runtime::ModelOptions mo{.n_threads = opts_.threads, .backend = backend};
+    if (opts_.streaming.enabled && backend == runtime::Backend::Cpu) {
+        mo.streaming = opts_.streaming;
+        if (!opts_.streaming_cache_dir.empty())
+            mo.streaming.popularity_file =
+                runtime::popularity_file_for(opts_.streaming_cache_dir, path);
+    }
+    auto model = tools::load_model("ds4-test", path, mo);
+    tools::print_ssd_streaming_startup("ds4-test", *model);
+    return model;
 }
 
 runtime::Model &TestEnv::consistency_model() {

@@ -27,6 +27,10 @@ struct TestOptions {
     int threads = 0;                // 0 = all cores
     // The backend the modes' models run on (--backend); --backend-parity runs both.
     runtime::Backend backend = runtime::Backend::Cpu;
+    // --ssd-streaming*: the CPU models of the modes stream their routed experts (the popularity
+    // is kept only under --ssd-streaming-cache-dir when given).
+    runtime::StreamingModelOptions streaming;
+    std::string streaming_cache_dir;
     // The modes named on the command line (not those run by --all or by default): a mode whose
     // capability is missing here fails when named, and is skipped otherwise.
     std::set<std::string> named_modes;
