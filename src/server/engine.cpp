@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 
 #include "server/api_error.h"
@@ -21,14 +22,55 @@ bool is_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &b) {
 
 }  // namespace
 
+// One session slot and the states it can resume a prompt from. The session API has no rewind
+// (eval appends; save / restore copy the whole state), so these are: the live session (the last
+// prompt plus what was generated), the snapshot taken at the end of the last prompt, and the
+// empty session.
+struct Engine::Slot {
+    runtime::Session session;
+    runtime::Session::Snapshot empty;        // the session before any token
+    runtime::Session::Snapshot prompt_snap;  // the session at the end of the last prompt
+    bool has_prompt_snap = false;
+
+    Slot(runtime::Model &model, const runtime::SessionOptions &so)
+        : session(model, so), empty(session.save()) {}
+
+    // The length of the longest of those states whose tokens are a prefix of `prompt`.
+    size_t resumable(const std::vector<int32_t> &prompt) const {
+        if (is_prefix(session.tokens(), prompt)) return session.tokens().size();
+        if (has_prompt_snap && is_prefix(prompt_snap.tokens, prompt))
+            return prompt_snap.tokens.size();
+        return 0;
+    }
+    // Puts the session in that state; returns its length.
+    size_t resume(const std::vector<int32_t> &prompt) {
+        if (is_prefix(session.tokens(), prompt)) {
+        } else if (has_prompt_snap && is_prefix(prompt_snap.tokens, prompt)) {
+            session.restore(prompt_snap);
+        } else {
+            session.restore(empty);
+        }
+        return session.tokens().size();
+    }
+    void reset() {
+        session.restore(empty);
+        has_prompt_snap = false;
+    }
+};
+
 Engine::Engine(runtime::Model &model, const tokenizer::Tokenizer &tok, runtime::SessionOptions so,
-               int64_t default_max_tokens, const std::atomic<bool> *shutdown)
+               int64_t default_max_tokens, const std::atomic<bool> *shutdown, size_t n_slots,
+               size_t max_queue)
     : tok_(tok),
       default_max_tokens_(default_max_tokens),
       shutdown_(shutdown),
-      session_(model, so),
-      ctx_(session_.ctx()),
-      empty_(session_.save()) {}
+      sched_(std::max<size_t>(1, n_slots), max_queue) {
+    for (size_t i = 0; i < std::max<size_t>(1, n_slots); ++i)
+        slots_.push_back(std::make_unique<Slot>(model, so));
+    ctx_ = slots_.front()->session.ctx();
+}
+
+Engine::~Engine() = default;
 
 std::vector<int32_t> Engine::tokenize(const GenRequest &r) const {
     const auto mode = tokenizer::effective_think_mode(r.think, ctx_);
@@ -54,48 +96,76 @@ std::vector<int32_t> Engine::prompt_tokens(const GenRequest &r) const {
     return ids;
 }
 
-GenResult Engine::run(const GenRequest &r, const std::vector<int32_t> &prompt,
+GenResult Engine::run(Ticket &ticket, const GenRequest &r, const std::vector<int32_t> &prompt,
                       const std::function<bool(const Delta &)> &on_delta,
-                      const std::function<bool(const GenResult &)> &on_start) {
-    std::lock_guard lock(mu_);
+                      const std::function<bool(const GenResult &)> &on_start,
+                      const std::function<bool()> &gone) {
     GenResult res;
     res.prompt_tokens = prompt.size();
+    res.stop = runtime::StopReason::Interrupted;
+    res.finish_reason = "stop";
+    bool client_gone = false;
+    auto stop_requested = [&] {
+        if (shutdown_ && shutdown_->load()) return true;
+        if (gone && !client_gone) client_gone = gone();
+        return client_gone;
+    };
+    const int slot = sched_.wait(
+        ticket, [&](size_t i) { return slots_[i]->resumable(prompt); }, stop_requested);
+    if (slot < 0) {
+        res.disconnected = client_gone;
+        return res;
+    }
+    res.slot = slot;
+    struct Release {
+        Ticket &t;
+        ~Release() { t.release(); }
+    } release{ticket};
+    res = run_on(*slots_[size_t(slot)], r, prompt, on_delta, on_start, stop_requested,
+                 std::move(res));
+    res.disconnected = res.disconnected || client_gone;
+    return res;
+}
+
+GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t> &prompt,
+                         const std::function<bool(const Delta &)> &on_delta,
+                         const std::function<bool(const GenResult &)> &on_start,
+                         const std::function<bool()> &stop_requested, GenResult res) {
+    using clock = std::chrono::steady_clock;
+    // One evaluation at a time across the slots, granted in the order asked.
+    auto eval = [&](std::span<const int32_t> ids) {
+        std::lock_guard turn(turn_);
+        s.session.eval(ids);
+    };
     try {
-        // The longest prefix the slot can resume: its live tokens, else the snapshot taken at the
-        // end of the last prompt, else nothing (the session has no rewind).
-        if (is_prefix(session_.tokens(), prompt)) {
-        } else if (has_prompt_snap_ && is_prefix(prompt_snap_.tokens, prompt)) {
-            session_.restore(prompt_snap_);
-        } else {
-            session_.restore(empty_);
-        }
-        res.cached_tokens = session_.tokens().size();
+        res.cached_tokens = s.resume(prompt);
         if (on_start && !on_start(res)) {
             res.disconnected = true;
-            res.stop = runtime::StopReason::Interrupted;
-            res.finish_reason = "stop";
             return res;
+        }
+
+        // Prefill alone first (no token chosen), in the session's chunks so that the other slots
+        // get turns and a stop is seen between chunks (the bits do not depend on the chunking).
+        // A stopped prefill leaves the live session at a chunk boundary: a prefix of the prompt
+        // that the next request can resume.
+        const auto t0 = clock::now();
+        const size_t chunk = std::max<size_t>(1, s.session.chunk());
+        for (size_t off = res.cached_tokens; off < prompt.size(); off += chunk) {
+            if (stop_requested()) {
+                res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+                return res;
+            }
+            eval(std::span(prompt).subspan(off, std::min(chunk, prompt.size() - off)));
+        }
+        res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+        // The state at the end of the prompt is kept for the next request.
+        if (!s.has_prompt_snap || s.prompt_snap.tokens != s.session.tokens()) {
+            s.prompt_snap = s.session.save();
+            s.has_prompt_snap = true;
         }
 
         std::atomic<bool> cancel{false};
         runtime::Sampler sampler(r.sampling);
-        const std::span<const int32_t> suffix(prompt.data() + res.cached_tokens,
-                                              prompt.size() - res.cached_tokens);
-        // Prefill alone first (no token chosen), so that the state at the end of the prompt can
-        // be kept for the next request.
-        runtime::GenerateParams pre{.max_tokens = 0, .cancel = shutdown_};
-        const auto pst = runtime::generate(session_, suffix, sampler, pre, [](int32_t) {});
-        res.prefill_seconds = pst.prefill_seconds;
-        if (pst.stop == runtime::StopReason::Interrupted) {
-            session_.restore(empty_);
-            has_prompt_snap_ = false;
-            res.stop = pst.stop;
-            res.finish_reason = "stop";
-            return res;
-        }
-        prompt_snap_ = session_.save();
-        has_prompt_snap_ = true;
-
         const auto &sp = tok_.specials();
         const bool chat = r.endpoint == Endpoint::Chat;
         bool reasoning =
@@ -140,7 +210,6 @@ GenResult Engine::run(const GenRequest &r, const std::vector<int32_t> &prompt,
         // A prefill or forced prefix already in the prompt may open (or hold) a call.
         if (tracker) deliver(tracker->push_silent(r.assistant_prefill + r.tool_prefix));
         auto on_token = [&](int32_t id) {
-            if (shutdown_ && shutdown_->load()) cancel = true;
             if (res.stop_sequence || res.disconnected) return;
             if (id == sp.eos) return;
             if (chat && (id == sp.think_open || id == sp.think_close)) {
@@ -150,10 +219,31 @@ GenResult Engine::run(const GenRequest &r, const std::vector<int32_t> &prompt,
             }
             emit(decoder.push(id), reasoning);
         };
+        // The decode loop of runtime::generate, with the compute turn taken per token: each
+        // chosen token but the last is evaluated, so the room is ctx - n_past + 1 choices.
         const int64_t max_tokens = cancel ? 0 : r.max_tokens.value_or(default_max_tokens_);
-        runtime::GenerateParams gp{
-            .max_tokens = max_tokens, .stop_ids = {sp.eos}, .cancel = &cancel};
-        const auto st = runtime::generate(session_, {}, sampler, gp, on_token);
+        const int64_t room = int64_t(ctx_) - int64_t(s.session.tokens().size()) + 1;
+        const int64_t budget = std::min(max_tokens, room);
+        runtime::StopReason stop =
+            max_tokens <= room ? runtime::StopReason::Length : runtime::StopReason::ContextFull;
+        auto first = clock::now();
+        for (int64_t i = 0; i < budget; ++i) {
+            if (cancel || stop_requested()) {
+                stop = runtime::StopReason::Interrupted;
+                break;
+            }
+            const int32_t id = sampler.sample(s.session.logits());
+            ++res.completion_tokens;
+            if (i == 0) first = clock::now();
+            on_token(id);
+            if (id == sp.eos) {
+                stop = runtime::StopReason::Eos;
+                break;
+            }
+            if (i + 1 == budget) break;
+            eval(std::span(&id, 1));
+        }
+        res.generation_seconds = std::chrono::duration<double>(clock::now() - first).count();
         if (!res.stop_sequence && !res.disconnected) {
             emit(decoder.flush(), reasoning);
             if (tracker && !res.stop_sequence && !res.disconnected) deliver(tracker->finish());
@@ -166,20 +256,17 @@ GenResult Engine::run(const GenRequest &r, const std::vector<int32_t> &prompt,
                 }
             }
         }
-        res.stop = st.stop;
-        res.completion_tokens = st.generated;
-        res.generation_seconds = st.generation_seconds;
+        res.stop = stop;
         if (tracker) res.tool_calls = tracker->calls();
         res.finish_reason = !res.tool_calls.empty() ? "tool_calls"
-                            : res.stop_sequence || st.stop == runtime::StopReason::Eos ||
-                                    st.stop == runtime::StopReason::Interrupted
+                            : res.stop_sequence || stop == runtime::StopReason::Eos ||
+                                    stop == runtime::StopReason::Interrupted
                                 ? "stop"
                                 : "length";
         return res;
     } catch (...) {
         // The state after a failed evaluation is unknown: start the next request afresh.
-        session_.restore(empty_);
-        has_prompt_snap_ = false;
+        s.reset();
         throw;
     }
 }

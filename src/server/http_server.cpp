@@ -3,15 +3,21 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
 
 #include "server/anthropic_request.h"
 #include "server/anthropic_response.h"
 #include "server/api_error.h"
+#include "server/connection_watch.h"
 #include "server/tool_calls.h"
 
 namespace ds4::server {
@@ -61,20 +67,81 @@ std::string sse_event(const std::string &name, const json &j) {
 
 // Writes one piece of a stream; false when the client is gone.
 using SendFn = std::function<bool(const std::string &)>;
+using GoneFn = std::function<bool()>;
 
-// Answers with an SSE stream: body(send) writes it and returns false when the client went away.
-// An exception from body ends the stream with an `event: error` in the API's shape.
-void stream_events(httplib::Response &res, Api api, const char *path,
-                   std::function<bool(const SendFn &)> body) {
+// The writer of one SSE stream. Writes are serialized, and a comment `: keep-alive` is written
+// whenever the stream has been silent for `interval` (a request waiting in line, a long prefill,
+// other slots taking their turns), so that proxies and SDKs do not time out. A failed write means
+// the client is gone: every later send fails at once.
+class SseWriter {
+  public:
+    SseWriter(httplib::DataSink &sink, double interval) : sink_(sink) {
+        if (interval > 0)
+            ticker_ = std::thread([this, d = std::chrono::duration<double>(interval)] {
+                tick(std::chrono::duration_cast<Clock::duration>(d));
+            });
+    }
+    ~SseWriter() { stop(); }
+    // Ends the keep-alive comments (before the stream's last chunk is written).
+    void stop() {
+        {
+            std::lock_guard lock(mu_);
+            stopping_ = true;
+        }
+        cv_.notify_all();
+        if (ticker_.joinable()) ticker_.join();
+    }
+    bool send(const std::string &s) {
+        std::lock_guard lock(mu_);
+        return write(s);
+    }
+    bool gone() {
+        std::lock_guard lock(mu_);
+        return failed_;
+    }
+
+  private:
+    using Clock = std::chrono::steady_clock;
+    bool write(const std::string &s) {  // under mu_
+        if (!failed_ && !(sink_.is_writable() && sink_.write(s.data(), s.size()))) failed_ = true;
+        last_ = Clock::now();
+        return !failed_;
+    }
+    void tick(Clock::duration interval) {
+        std::unique_lock lock(mu_);
+        while (!stopping_ && !failed_) {
+            const auto due = last_ + interval;
+            if (Clock::now() >= due)
+                write(": keep-alive\n\n");
+            else
+                cv_.wait_until(lock, due);
+        }
+    }
+
+    httplib::DataSink &sink_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    Clock::time_point last_ = Clock::now();
+    bool failed_ = false, stopping_ = false;
+    std::thread ticker_;
+};
+
+// Answers with an SSE stream: body(send, gone) writes it and returns false when the client went
+// away; gone() says whether it has (a failed write, or the connection closed). An exception from
+// body ends the stream with an `event: error` in the API's shape.
+void stream_events(httplib::Response &res, Api api, const char *path, double keepalive,
+                   std::shared_ptr<ConnectionWatch> watch,
+                   std::function<bool(const SendFn &, const GoneFn &)> body) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
-        "text/event-stream", [api, path, body = std::move(body)](size_t, httplib::DataSink &sink) {
-            const SendFn send = [&](const std::string &s) {
-                return sink.is_writable() && sink.write(s.data(), s.size());
-            };
+        "text/event-stream", [api, path, keepalive, watch = std::move(watch),
+                              body = std::move(body)](size_t, httplib::DataSink &sink) {
+            SseWriter writer(sink, keepalive);
+            const SendFn send = [&](const std::string &s) { return writer.send(s); };
+            const GoneFn gone = [&] { return writer.gone() || watch->closed(); };
             std::string failure;
             try {
-                if (!body(send)) return false;
+                if (!body(send, gone)) return false;
             } catch (const std::exception &e) {
                 failure = e.what();
             } catch (...) {
@@ -84,6 +151,7 @@ void stream_events(httplib::Response &res, Api api, const char *path,
                 fmt::print(stderr, "ds4-server: {}: generation failed: {}\n", path, failure);
                 send(sse_event("error", error_json(api, internal_error(failure))));
             }
+            writer.stop();
             sink.done();
             return true;
         });
@@ -156,12 +224,46 @@ struct HttpServer::Impl {
     }
 
     void log(const char *path, const GenResult &g) const {
+        if (g.slot < 0) {
+            fmt::print(stderr, "ds4-server: {} left the queue: {}\n", path,
+                       g.disconnected ? "client disconnected" : "shutting down");
+            return;
+        }
         fmt::print(stderr,
-                   "ds4-server: {} prompt {} tokens ({} cached, {:.3f} s), completion {} tokens "
-                   "({:.3f} s), finish {}{}{}\n",
-                   path, g.prompt_tokens, g.cached_tokens, g.prefill_seconds, g.completion_tokens,
-                   g.generation_seconds, g.finish_reason, g.stop_sequence ? " (stop sequence)" : "",
+                   "ds4-server: {} slot {} prompt {} tokens ({} cached, {:.3f} s), completion {} "
+                   "tokens ({:.3f} s), finish {}{}{}\n",
+                   path, g.slot, g.prompt_tokens, g.cached_tokens, g.prefill_seconds,
+                   g.completion_tokens, g.generation_seconds, g.finish_reason,
+                   g.stop_sequence ? " (stop sequence)" : "",
                    g.disconnected ? ", client disconnected" : "");
+    }
+
+    // A place in line for the request; 503 with Retry-After when the queue is full.
+    std::shared_ptr<Engine::Ticket> admit(httplib::Response &res) {
+        std::optional<Engine::Ticket> t = engine.enter();
+        if (!t) {
+            const SlotScheduler::Status st = engine.status();
+            res.set_header("Retry-After", std::to_string(opts.retry_after_seconds));
+            throw ApiError(503,
+                           fmt::format("server busy: all {} slots are busy and {} requests are "
+                                       "waiting (--queue {}); retry later",
+                                       st.slots, st.queued, st.max_queue),
+                           "server_busy", "");
+        }
+        return std::make_shared<Engine::Ticket>(std::move(*t));
+    }
+
+    // The request's connection, watched for the client going away.
+    static std::shared_ptr<ConnectionWatch> watch_of(const httplib::Request &req) {
+        return std::make_shared<ConnectionWatch>(req.local_addr, req.local_port, req.remote_addr,
+                                                 req.remote_port);
+    }
+
+    // A non-streamed request that did not run: the client left the queue, or shutdown.
+    static void check_ran(const GenResult &g) {
+        if (g.slot < 0)
+            throw ApiError(503, g.disconnected ? "client disconnected" : "server shutting down",
+                           g.disconnected ? "client_disconnected" : "shutting_down", "");
     }
 
     json chat_message(const GenResult &g) const {
@@ -225,10 +327,15 @@ struct HttpServer::Impl {
             fmt::format("{}-{}", ep == Endpoint::Chat ? "chatcmpl" : "cmpl", ++seq);
         const int64_t created = std::time(nullptr);
         const std::string model = model_name(*r);
+        auto ticket = admit(res);
+        auto watch = watch_of(req);
 
         if (!r->stream) {
-            const GenResult g = engine.run(*r, *prompt, [](const Delta &) { return true; });
+            const GenResult g = engine.run(
+                *ticket, *r, *prompt, [](const Delta &) { return true; }, {},
+                [&] { return watch->closed(); });
             log(path, g);
+            check_ran(g);
             json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", g.finish_reason}};
             if (ep == Endpoint::Chat)
                 choice["message"] = chat_message(g);
@@ -245,15 +352,16 @@ struct HttpServer::Impl {
         }
 
         stream_events(
-            res, Api::OpenAI, path,
-            [this, r, prompt, id, created, model, ep, path](const SendFn &send_raw) {
+            res, Api::OpenAI, path, opts.keepalive_seconds, watch,
+            [this, r, prompt, ticket, id, created, model, ep, path](const SendFn &send_raw,
+                                                                    const GoneFn &gone) {
                 auto send = [&](const json &j) { return send_raw(sse_data(j)); };
                 const json first =
                     ep == Endpoint::Chat ? json{{"role", "assistant"}, {"content", ""}} : json("");
                 if (ep == Endpoint::Chat && !send(chunk(ep, id, created, model, first, nullptr)))
                     return false;
                 std::vector<std::string> tool_ids;
-                const GenResult g = engine.run(*r, *prompt, [&](const Delta &d) {
+                const auto on_delta = [&](const Delta &d) {
                     if (ep == Endpoint::Completion)
                         return send(
                             chunk(ep, id, created, model, d.reasoning + d.content, nullptr));
@@ -269,9 +377,11 @@ struct HttpServer::Impl {
                             return false;
                     }
                     return true;
-                });
+                };
+                const GenResult g = engine.run(*ticket, *r, *prompt, on_delta, {}, gone);
                 log(path, g);
                 if (g.disconnected) return false;
+                check_ran(g);
                 const json end = ep == Endpoint::Chat ? json::object() : json("");
                 send(chunk(ep, id, created, model, end, g.finish_reason));
                 if (r->include_usage) {
@@ -292,27 +402,35 @@ struct HttpServer::Impl {
         auto prompt = std::make_shared<std::vector<int32_t>>(engine.prompt_tokens(*r));
         const std::string id = fmt::format("msg_{}", ++seq);
         const std::string model = model_name(*r);
+        auto ticket = admit(res);
+        auto watch = watch_of(req);
         if (!r->stream) {
-            const GenResult g = engine.run(*r, *prompt, [](const Delta &) { return true; });
+            const GenResult g = engine.run(
+                *ticket, *r, *prompt, [](const Delta &) { return true; }, {},
+                [&] { return watch->closed(); });
             log(path, g);
+            check_ran(g);
             send_json(res, 200, anthropic_message(g, id, model));
             return;
         }
-        stream_events(res, Api::Anthropic, path, [this, r, prompt, id, model](const SendFn &send) {
-            AnthropicStream events(id, model);
-            auto send_all = [&](const std::vector<SseEvent> &evs) {
-                for (const SseEvent &e : evs)
-                    if (!send(sse_event(e.name, e.data))) return false;
-                return true;
-            };
-            const GenResult g = engine.run(
-                *r, *prompt, [&](const Delta &d) { return send_all(events.delta(d)); },
-                [&](const GenResult &s) { return send_all(events.start(s)); });
-            log(path, g);
-            if (g.disconnected) return false;
-            send_all(events.finish(g));
-            return true;
-        });
+        stream_events(res, Api::Anthropic, path, opts.keepalive_seconds, watch,
+                      [this, r, prompt, ticket, id, model](const SendFn &send, const GoneFn &gone) {
+                          AnthropicStream events(id, model);
+                          auto send_all = [&](const std::vector<SseEvent> &evs) {
+                              for (const SseEvent &e : evs)
+                                  if (!send(sse_event(e.name, e.data))) return false;
+                              return true;
+                          };
+                          const GenResult g = engine.run(
+                              *ticket, *r, *prompt,
+                              [&](const Delta &d) { return send_all(events.delta(d)); },
+                              [&](const GenResult &s) { return send_all(events.start(s)); }, gone);
+                          log(path, g);
+                          if (g.disconnected) return false;
+                          check_ran(g);
+                          send_all(events.finish(g));
+                          return true;
+                      });
     }
 
     // POST /v1/messages/count_tokens: the prompt's length, as /v1/messages would run it.
@@ -342,6 +460,16 @@ struct HttpServer::Impl {
 
     void setup() {
         srv.set_payload_max_length(kMaxBodyBytes);
+        // A thread per connection being served: every slot and queue place, plus room for the
+        // requests that get a 503, /health, and idle keep-alive connections.
+        const SlotScheduler::Status st = engine.status();
+        const size_t threads = opts.http_threads > 0
+                                   ? opts.http_threads
+                                   : std::max<size_t>(16, 2 * (st.slots + st.max_queue) + 8);
+        srv.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+        srv.set_read_timeout(opts.read_timeout_seconds);
+        srv.set_write_timeout(opts.write_timeout_seconds);
+        srv.set_keep_alive_timeout(opts.idle_timeout_seconds);
         // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second server
         // bind the port of a running one (and share its connections) instead of failing.
         srv.set_socket_options([](int sock) {
@@ -391,7 +519,13 @@ struct HttpServer::Impl {
         srv.Options(".*",
                     [](const httplib::Request &, httplib::Response &res) { res.status = 204; });
         srv.Get("/health", [this](const httplib::Request &, httplib::Response &res) {
-            send_json(res, 200, {{"status", "ok"}, {"model", opts.model_id}});
+            const SlotScheduler::Status st = engine.status();
+            send_json(
+                res, 200,
+                {{"status", "ok"},
+                 {"model", opts.model_id},
+                 {"slots", {{"total", st.slots}, {"busy", st.busy}, {"free", st.slots - st.busy}}},
+                 {"queue", {{"waiting", st.queued}, {"max", st.max_queue}}}});
         });
         srv.Get("/v1/models", [this](const httplib::Request &req, httplib::Response &res) {
             guarded(req, res, [&] {

@@ -2,6 +2,7 @@
 // The HTTP layer of ds4-server (docs/SERVER.md): routes, API key, CORS, body limit, JSON errors,
 // non-streaming and SSE responses in the OpenAI and Anthropic shapes, over an Engine.
 #include <atomic>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,12 @@ struct ServerOptions {
     std::string model_id;                    // the model file's base name without .gguf
     std::vector<std::string> model_aliases;  // also answered by GET /v1/models/{id}
     int64_t max_completion_tokens = 0;       // reported in the model object
+    double keepalive_seconds = 5;       // SSE `: keep-alive` after this much silence; 0 = never
+    time_t read_timeout_seconds = 10;   // reading a request (each wait for bytes)
+    time_t write_timeout_seconds = 30;  // each wait for the client to take bytes
+    time_t idle_timeout_seconds = 5;    // an idle keep-alive connection is closed after this
+    int retry_after_seconds = 1;        // the Retry-After of a 503 (queue full)
+    size_t http_threads = 0;            // 0 = max(16, 2 * (slots + queue) + 8)
 };
 
 class HttpServer {

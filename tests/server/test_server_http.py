@@ -33,7 +33,9 @@ def get(server, path, headers=None):
 
 
 def test_health_and_unknown_routes(server):
-    assert get(server, "/health")[:2] == (200, {"status": "ok", "model": MODEL_ID})
+    assert get(server, "/health")[:2] == (200, {"status": "ok", "model": MODEL_ID,
+                                                "slots": {"total": 1, "busy": 0, "free": 1},
+                                                "queue": {"waiting": 0, "max": 16}})
     s, body, _ = get(server, "/v1/nothing")
     assert is_error(s, body, 404)
     s, body, _ = get(server, "/v1/models/unknown")

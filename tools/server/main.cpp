@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "context_size.h"
 #include "exit_codes.h"
+#include "memory_check.h"
 #include "model_load.h"
 #include "run_env.h"
 #include "runtime/session.h"
@@ -43,6 +44,10 @@ struct Options {
     std::string api_key;
     bool cors = false;
     int threads = 0;
+    size_t parallel = 1;
+    size_t queue = ds4::server::kDefaultQueue;
+    double keepalive = 5;
+    int read_timeout = 10, write_timeout = 30, idle_timeout = 5;
     ds4::tools::BackendFlags backend;
 };
 
@@ -91,6 +96,32 @@ int server_main(int argc, char **argv) {
     app.add_option("-t,--threads", opt.threads,
                    "CPU threads; 0 (the default) = DS4_THREADS when set, else all cores")
         ->check(integer_in(0, ds4::tools::kMaxThreads));
+    app.add_option("--parallel", opt.parallel,
+                   "Session slots, each with its own KV cache of --ctx positions")
+        ->check(integer_in(1, 64))
+        ->default_str("1");
+    app.add_option("--queue", opt.queue,
+                   "Requests that may wait for a slot when all are busy; more get 503")
+        ->check(integer_in(0, 4096))
+        ->default_str(std::to_string(ds4::server::kDefaultQueue));
+    app.add_option("--keepalive", opt.keepalive,
+                   "Seconds of silence after which a stream gets an SSE ': keep-alive' comment; "
+                   "0 = never")
+        ->check(ds4::tools::number_in(0, 3600))
+        ->default_str("5");
+    app.add_option("--read-timeout", opt.read_timeout,
+                   "Seconds a client may take to send the next bytes of its request")
+        ->check(integer_in(1, 3600))
+        ->default_str("10");
+    app.add_option("--write-timeout", opt.write_timeout,
+                   "Seconds a client may take to accept the next bytes of an answer; then it is "
+                   "treated as gone")
+        ->check(integer_in(1, 3600))
+        ->default_str("30");
+    app.add_option("--idle-timeout", opt.idle_timeout,
+                   "Seconds an idle keep-alive connection is kept open")
+        ->check(integer_in(1, 3600))
+        ->default_str("5");
     ds4::tools::add_backend_options(app, opt.backend);
     if (const auto rc = ds4::tools::parse_args(app, argc, argv)) return *rc;
 
@@ -158,8 +189,16 @@ int server_main(int argc, char **argv) {
                                ? opt.ctx
                                : std::min<uint64_t>(opt.ctx, hp.context_length);
     so.ctx = ds4::tools::context_for(asked, hp, so, "--ctx");
+    // Each slot holds three copies of its KV cache on the CPU backend: the live one, the snapshot
+    // at the end of its last prompt and its empty state (docs/SERVER.md, Sessions and KV reuse).
+    if (model->backend() == ds4::runtime::Backend::Cpu)
+        ds4::tools::check_memory_fits(
+            3 * opt.parallel * ds4::runtime::Session::kv_bytes_for(hp, so),
+            fmt::format("the KV caches of {} slot{} of {} tokens (3 copies each)", opt.parallel,
+                        opt.parallel == 1 ? "" : "s", so.ctx),
+            "lower --ctx or --parallel");
 
-    ds4::server::Engine engine(*model, tok, so, opt.n_predict, &shutdown);
+    ds4::server::Engine engine(*model, tok, so, opt.n_predict, &shutdown, opt.parallel, opt.queue);
     ds4::server::ServerOptions sopt{
         .host = opt.host,
         .port = opt.port,
@@ -169,6 +208,10 @@ int server_main(int argc, char **argv) {
         .model_aliases = {std::filesystem::path(opt.model).filename().string(), "deepseek-v4-flash",
                           "deepseek-chat", "deepseek-reasoner"},
         .max_completion_tokens = std::min<int64_t>(opt.n_predict, engine.ctx()),
+        .keepalive_seconds = opt.keepalive,
+        .read_timeout_seconds = opt.read_timeout,
+        .write_timeout_seconds = opt.write_timeout,
+        .idle_timeout_seconds = opt.idle_timeout,
     };
     ds4::server::HttpServer server(engine, sopt);
     const int port = server.bind();
@@ -177,8 +220,10 @@ int server_main(int argc, char **argv) {
                    opt.host, opt.port);
         return ds4::tools::kExitFailure;
     }
-    fmt::print(stderr, "{}: context {} tokens, KV cache {:.2f} MiB\n", kTool, engine.ctx(),
-               ds4::runtime::Session::kv_bytes_for(hp, so, model->backend()) / 1048576.0);
+    fmt::print(stderr, "{}: context {} tokens, KV cache {:.2f} MiB x {} slot{}, queue {}\n", kTool,
+               engine.ctx(),
+               ds4::runtime::Session::kv_bytes_for(hp, so, model->backend()) / 1048576.0,
+               opt.parallel, opt.parallel == 1 ? "" : "s", opt.queue);
     fmt::print(stderr, "{}: listening on http://{}:{}\n", kTool, opt.host, port);
 
     listening = &server;
