@@ -171,7 +171,8 @@ def server_cases(f):
     # its session, and then fails to bind (exit 1) instead of serving forever.
     base = ["-m", f["tiny"], "--host", "256.0.0.1", "-c", "64"]
     cases = []
-    for flag in ["--port", "-c", "-n", "-t"]:
+    for flag in ["--port", "-c", "-n", "-t", "--parallel", "--queue", "--keepalive", "--read-timeout",
+                 "--write-timeout", "--idle-timeout"]:
         cases += [base + [flag, v] for v in NUMBERS]
     cases += [base + ["--host", v] for v in ["", GARBAGE, LONG]]
     cases += [base + ["--api-key", v] for v in ["", GARBAGE, LONG]]
