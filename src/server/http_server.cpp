@@ -266,6 +266,19 @@ struct HttpServer::Impl {
                            g.disconnected ? "client_disconnected" : "shutting_down", "");
     }
 
+    // A non-streamed request run to its end (or until its client goes away), logged; throws
+    // check_ran's error when it did not run.
+    template <typename Ticket>
+    GenResult run_whole(const char *path, Ticket &ticket, const GenRequest &r,
+                        const std::vector<int32_t> &prompt, ConnectionWatch &watch) {
+        const GenResult g = engine.run(
+            ticket, r, prompt, [](const Delta &) { return true; }, {},
+            [&] { return watch.closed(); });
+        log(path, g);
+        check_ran(g);
+        return g;
+    }
+
     json chat_message(const GenResult &g) const {
         json m = {{"role", "assistant"}, {"content", g.content}};
         if (!g.reasoning.empty()) m["reasoning_content"] = g.reasoning;
@@ -331,11 +344,7 @@ struct HttpServer::Impl {
         auto watch = watch_of(req);
 
         if (!r->stream) {
-            const GenResult g = engine.run(
-                *ticket, *r, *prompt, [](const Delta &) { return true; }, {},
-                [&] { return watch->closed(); });
-            log(path, g);
-            check_ran(g);
+            const GenResult g = run_whole(path, *ticket, *r, *prompt, *watch);
             json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", g.finish_reason}};
             if (ep == Endpoint::Chat)
                 choice["message"] = chat_message(g);
@@ -405,11 +414,7 @@ struct HttpServer::Impl {
         auto ticket = admit(res);
         auto watch = watch_of(req);
         if (!r->stream) {
-            const GenResult g = engine.run(
-                *ticket, *r, *prompt, [](const Delta &) { return true; }, {},
-                [&] { return watch->closed(); });
-            log(path, g);
-            check_ran(g);
+            const GenResult g = run_whole(path, *ticket, *r, *prompt, *watch);
             send_json(res, 200, anthropic_message(g, id, model));
             return;
         }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
@@ -39,6 +40,15 @@ std::vector<T> to_host(const DeviceBuffer &b, size_t n) {
 }
 
 // |a - b| in units of the f32 spacing at b; two NaNs are equal, a NaN against a number is far.
+// n NaNs with a payload: an output left unwritten keeps them, and fails a bitwise comparison.
+inline std::vector<float> poison_floats(size_t n) {
+    return std::vector<float>(n, std::nanf("0x7a"));
+}
+
+inline bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 inline double ulps(float a, float b) {
     if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : 1e30;
     if (a == b) return 0;

@@ -19,16 +19,9 @@ namespace ds4::cuda {
 namespace {
 
 using test::random_floats;
+using test::same_bits;
 using test::to_device;
 using test::to_host;
-
-std::vector<float> poison(size_t n) {
-    return std::vector<float>(n, std::nanf("0x5b"));
-}
-
-bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
 
 struct Rope {
     DeviceBuffer freqs, pos;
@@ -71,8 +64,9 @@ TEST(CudaRowFinish, KvRowEqualsNormRopeFp8Store) {
     const DeviceBuffer dkv = to_device(kv), dw = to_device(w);
     const DeviceBuffer slot = to_device(std::vector<int64_t>{5});
     for (const bool f16 : {false, true}) {
-        DeviceBuffer row = to_device(poison(kD));
-        DeviceBuffer want = to_device(poison(kRing * kD)), got = to_device(poison(kRing * kD));
+        DeviceBuffer row = to_device(test::poison_floats(kD));
+        DeviceBuffer want = to_device(test::poison_floats(kRing * kD)),
+                     got = to_device(test::poison_floats(kRing * kD));
         rms_norm(dkv.as<float>(), dw.as<float>(), row.as<float>(), 1, kD, 1e-6f, nullptr);
         rope_tail(row.as<float>(), 1, kD, r.freqs.as<double>(), r.n_freq, r.pos.as<int64_t>(),
                   false, nullptr);
@@ -116,8 +110,10 @@ TEST(CudaRowFinish, CompressorRowEqualsPoolNormRopeRoundStore) {
         const DeviceBuffer dkv = to_device(kv), dsc = to_device(sc), dw = to_device(w);
         for (const int64_t index : {int64_t(3), int64_t(-1)}) {
             const DeviceBuffer when = to_device(std::vector<int64_t>{index});
-            DeviceBuffer pooled = to_device(poison(c.d)), row = to_device(poison(c.d));
-            DeviceBuffer want = to_device(poison(6 * c.d)), got = to_device(poison(6 * c.d));
+            DeviceBuffer pooled = to_device(test::poison_floats(c.d)),
+                         row = to_device(test::poison_floats(c.d));
+            DeviceBuffer want = to_device(test::poison_floats(6 * c.d)),
+                         got = to_device(test::poison_floats(6 * c.d));
             compressor_pool_if(dkv.as<float>(), dsc.as<float>(), c.ratio, c.overlap, c.d, W,
                                pooled.as<float>(), when.as<int64_t>(), nullptr);
             rms_norm(pooled.as<float>(), dw.as<float>(), row.as<float>(), 1, c.d, 1e-6f, nullptr);
@@ -151,7 +147,7 @@ TEST(CudaRowFinish, CompressorRowEqualsPoolNormRopeRoundStore) {
             EXPECT_TRUE(same_bits(g, to_host<float>(want, 6 * c.d)))
                 << "ratio " << c.ratio << " indexer " << c.indexer << " index " << index;
             if (index < 0) {
-                EXPECT_TRUE(same_bits(g, poison(6 * c.d))) << "stored a dead row";
+                EXPECT_TRUE(same_bits(g, test::poison_floats(6 * c.d))) << "stored a dead row";
             }
         }
     }

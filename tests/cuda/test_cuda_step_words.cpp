@@ -17,16 +17,9 @@ namespace ds4::cuda {
 namespace {
 
 using test::random_floats;
+using test::same_bits;
 using test::to_device;
 using test::to_host;
-
-std::vector<float> poison(size_t n) {
-    return std::vector<float>(n, std::nanf("0x7a"));
-}
-
-bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
 
 TEST(CudaStepWords, StoreRowAtWritesTheIndexedRowOrNothing) {
     DS4_REQUIRE_CUDA_DEVICE();
@@ -34,7 +27,7 @@ TEST(CudaStepWords, StoreRowAtWritesTheIndexedRowOrNothing) {
     const auto row = random_floats(kD, 1, 3.0f);
     const DeviceBuffer drow = to_device(row);
     for (const int64_t index : {int64_t(3), int64_t(-1)}) {
-        const auto init = poison(kRows * kD);
+        const auto init = test::poison_floats(kRows * kD);
         DeviceBuffer want = to_device(init), got = to_device(init);
         const DeviceBuffer dindex = to_device(std::vector<int64_t>{index});
         if (index >= 0)
@@ -57,7 +50,8 @@ TEST(CudaStepWords, GatherRowsStepEqualsGatherRows) {
         int64_t first, n_raw, n_sel, use_selected;
     };
     for (const Case c : {Case{13, 8, 6, 1}, Case{0, 3, 0, 0}, Case{5, 8, 4, 0}}) {
-        DeviceBuffer want = to_device(poison(kMax * kD)), got = to_device(poison(kMax * kD));
+        DeviceBuffer want = to_device(test::poison_floats(kMax * kD)),
+                     got = to_device(test::poison_floats(kMax * kD));
         gather_rows(dring.as<float>(), kWindow, c.first, c.n_raw, dcomp.as<float>(),
                     c.use_selected ? dsel.as<int32_t>() : nullptr, c.n_sel, kD, want.as<float>(),
                     nullptr);
@@ -107,18 +101,18 @@ TEST(CudaStepWords, CompressorPoolFollowsItsWord) {
     const auto kv = random_floats(kRows * kWidth, 14, 1.0f),
                sc = random_floats(kRows * kWidth, 15, 3.0f);
     const DeviceBuffer dkv = to_device(kv), dsc = to_device(sc);
-    DeviceBuffer want = to_device(poison(kD));
+    DeviceBuffer want = to_device(test::poison_floats(kD));
     compressor_pool(dkv.as<float>(), dsc.as<float>(), kRatio, true, kD, kWidth, want.as<float>(),
                     nullptr);
     for (const int64_t when : {int64_t(5), int64_t(-1)}) {
-        DeviceBuffer got = to_device(poison(kD));
+        DeviceBuffer got = to_device(test::poison_floats(kD));
         const DeviceBuffer dwhen = to_device(std::vector<int64_t>{when});
         compressor_pool_if(dkv.as<float>(), dsc.as<float>(), kRatio, true, kD, kWidth,
                            got.as<float>(), dwhen.as<int64_t>(), nullptr);
         DS4_CUDA_CHECK(cudaDeviceSynchronize());
         // A completed window pools as compressor_pool; otherwise the output keeps its poison.
-        EXPECT_TRUE(
-            same_bits(to_host<float>(got, kD), when >= 0 ? to_host<float>(want, kD) : poison(kD)))
+        EXPECT_TRUE(same_bits(to_host<float>(got, kD),
+                              when >= 0 ? to_host<float>(want, kD) : test::poison_floats(kD)))
             << when;
     }
 }
@@ -130,8 +124,10 @@ TEST(CudaStepWords, AttentionWithRowCountOnTheDevice) {
     const auto sinks = random_floats(kHeads, 10, 1.0f);
     const DeviceBuffer dq = to_device(q), drows = to_device(rows), dsinks = to_device(sinks);
     const DeviceBuffer dn = to_device(std::vector<int64_t>{kRows});
-    DeviceBuffer ws = to_device(poison(kHeads * kMax)), gs = to_device(poison(kHeads * kMax));
-    DeviceBuffer wo = to_device(poison(kHeads * kD)), go = to_device(poison(kHeads * kD));
+    DeviceBuffer ws = to_device(test::poison_floats(kHeads * kMax)),
+                 gs = to_device(test::poison_floats(kHeads * kMax));
+    DeviceBuffer wo = to_device(test::poison_floats(kHeads * kD)),
+                 go = to_device(test::poison_floats(kHeads * kD));
     attention_scores(dq.as<float>(), drows.as<float>(), kRows, kHeads, kD, ws.as<float>(), nullptr);
     attention_mix(ws.as<float>(), drows.as<float>(), kRows, dsinks.as<float>(), 0.125f, kHeads, kD,
                   wo.as<float>(), nullptr);
@@ -152,7 +148,8 @@ TEST(CudaStepWords, IndexerWithRowCountOnTheDevice) {
     const DeviceBuffer dq = to_device(q), dw = to_device(w), drows = to_device(rows);
     for (const int64_t n : {int64_t(200), int64_t(10)}) {  // selecting, and not (n <= top-k)
         const DeviceBuffer dn = to_device(std::vector<int64_t>{n});
-        DeviceBuffer want_s = to_device(poison(kCap)), got_s = to_device(poison(kCap));
+        DeviceBuffer want_s = to_device(test::poison_floats(kCap)),
+                     got_s = to_device(test::poison_floats(kCap));
         const std::vector<int32_t> init(kTopK, -7);
         DeviceBuffer want_k = to_device(init), got_k = to_device(init);
         indexer_scores(dq.as<float>(), dw.as<float>(), 0.1f, drows.as<float>(), n, kHeads, kI,
