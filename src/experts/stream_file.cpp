@@ -31,6 +31,7 @@ StreamFile::StreamFile(const std::string &path, bool want_direct) : path_(path) 
         fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
         if (fd_ >= 0 && direct_read_works(fd_)) {
             direct_ = true;
+            opened_ = stamp();
             return;
         }
         const int err = fd_ < 0 ? errno : EINVAL;
@@ -44,10 +45,21 @@ StreamFile::StreamFile(const std::string &path, bool want_direct) : path_(path) 
     // Experts are read at scattered offsets; the kernel's sequential read-ahead would only read
     // bytes nobody asked for.
     (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+    opened_ = stamp();
 }
 
 StreamFile::~StreamFile() {
     if (fd_ >= 0) ::close(fd_);
+}
+
+StreamFile::Stamp StreamFile::stamp() const {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) throw Error(path_ + ": fstat: " + std::strerror(errno));
+    return {uint64_t(st.st_size), int64_t(st.st_mtim.tv_sec), int64_t(st.st_mtim.tv_nsec)};
+}
+
+bool StreamFile::changed() const {
+    return stamp() != opened_;
 }
 
 uint64_t StreamFile::size() const {

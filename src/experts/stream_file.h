@@ -24,9 +24,22 @@ class StreamFile {
     uint64_t size() const;  // the size now (fstat), to notice a truncation before reading
     const std::string &path() const { return path_; }
     const std::string &notice() const { return notice_; }  // why O_DIRECT is off, or ""
+    // Whether the file's size or modification time differ from when it was opened: bytes
+    // written into it in place (a file replaced by a rename keeps the opened inode and its bytes).
+    bool changed() const;
 
   private:
+    struct Stamp {
+        uint64_t size = 0;
+        int64_t mtime_s = 0, mtime_ns = 0;
+        bool operator!=(const Stamp &o) const {
+            return size != o.size || mtime_s != o.mtime_s || mtime_ns != o.mtime_ns;
+        }
+    };
+    Stamp stamp() const;
+
     std::string path_;
+    Stamp opened_;
     int fd_ = -1;
     bool direct_ = false;
     std::string notice_;

@@ -387,6 +387,13 @@ void StreamingSource::wait_ready(int32_t s) {
         else
             error = fmt::format("{} ended after {} of {} bytes", where, r.bytes, need);
     }
+    // Bytes written into the file in place after it was opened: what was just read may be a
+    // mix of the old and the new model, so nothing read is handed out.
+    if (error.empty() && file_.changed())
+        error = fmt::format(
+            "{}: the model file changed (size or modification time) after it was opened: SSD "
+            "streaming stops rather than mix two files' experts (layer {} expert {})",
+            file_.path(), layer, expert);
     if (!error.empty()) {
         slot = Slot{};
         cache_.clear(s);

@@ -1,13 +1,16 @@
 // The streaming source against the oracle (the same file's resident mapping): every byte of every
 // expert it hands out, at budgets from the floor to all experts, with both readers, O_DIRECT on
 // and off, under the runtime's pattern and random ones; its accounting; the eviction rules (a
-// slot a consumer may still read is never reused); faults (read error, short read, truncation)
-// that must end in ds4::Error and never in wrong bytes; and the start-up refusals.
+// slot a consumer may still read is never reused); faults (read error, short read, truncation,
+// and a file written in place) that must end in ds4::Error and never in wrong bytes; and the
+// start-up refusals.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -462,6 +465,27 @@ TEST(StreamingSource, AFileTruncatedDuringTheRunIsAClearError) {
                 << err;
             EXPECT_TRUE(contains(err, "truncated")) << err;
         }
+}
+
+TEST(StreamingSource, AFileWrittenInPlaceDuringTheRunIsAClearError) {
+    const ds4::test::RemoveOnExit copy{copy_model("experts-rewritten.gguf")};
+    const std::string &path = copy.path;
+    const OpenModel m(path);
+    StreamingSource src(*m.file, m.weights, options(4));
+    const LastSlab cut = last_slab(m);
+    ASSERT_EQ(diff_expert(stream_model(), src.get(cut.layer, 0), cut.layer, 0), "");
+    {  // one byte of the last expert rewritten, and a modification time that surely differs
+        std::FILE *f = std::fopen(path.c_str(), "r+b");
+        ASSERT_NE(f, nullptr);
+        ASSERT_EQ(std::fseek(f, long(cut.last_expert_at), SEEK_SET), 0);
+        ASSERT_EQ(std::fputc(0x5a, f), 0x5a);
+        ASSERT_EQ(std::fclose(f), 0);
+        const struct timespec times[2] = {{0, UTIME_OMIT}, {12345, 0}};
+        ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+    }
+    const std::string err = error_of([&] { (void)src.get(cut.layer, m.n_expert() - 1); });
+    EXPECT_TRUE(contains(err, path)) << err;
+    EXPECT_TRUE(contains(err, "changed")) << err;
 }
 
 TEST(StreamingSource, AFileTruncatedBeforeTheStartIsRefused) {
