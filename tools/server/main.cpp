@@ -24,6 +24,7 @@
 #include "runtime/session.h"
 #include "server/engine.h"
 #include "server/http_server.h"
+#include "ssd_streaming_option.h"
 #include "startup_line.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocabulary.h"
@@ -123,6 +124,8 @@ int server_main(int argc, char **argv) {
         ->check(integer_in(1, 3600))
         ->default_str("5");
     ds4::tools::add_backend_options(app, opt.backend);
+    ds4::tools::SsdStreamingFlags ssd;
+    ds4::tools::add_ssd_streaming_options(app, ssd);
     if (const auto rc = ds4::tools::parse_args(app, argc, argv)) return *rc;
 
     // SIGINT / SIGTERM are taken by a thread of their own (sigwait), so that stopping the
@@ -170,11 +173,17 @@ int server_main(int argc, char **argv) {
     ds4::tools::check_simd_env();
     if (opt.host.empty()) throw UsageError("--host must not be empty");
 
+    const auto streaming = ssd.options(backend, opt.model);
     auto model = from_model_file(opt.model, [&] {
-        return ds4::tools::load_model(kTool, opt.model,
-                                      {.n_threads = opt.threads, .backend = backend});
+        return ds4::tools::load_model(
+            kTool, opt.model,
+            {.n_threads = opt.threads, .backend = backend, .streaming = streaming});
     });
     fmt::print(stderr, "{}", ds4::tools::startup_line(kTool, opt.model, *model));
+    ds4::tools::print_ssd_streaming_startup(kTool, *model);
+    // The cache's statistics and the routing popularity at a clean exit (SIGINT / SIGTERM once
+    // listening included). The slots share the one expert cache: their steps never overlap.
+    const ds4::tools::SsdStreamingAtExit ssd_report(kTool, *model);
     const ds4::tokenizer::Tokenizer tok = from_model_file(opt.model, [&] {
         return ds4::tokenizer::Tokenizer(ds4::tokenizer::load_vocabulary(model->file()));
     });
