@@ -178,6 +178,8 @@ def server_cases(f):
     cases += [base + ["--api-key", v] for v in ["", GARBAGE, LONG]]
     cases += [base + ["--backend", v] for v in ["", "tpu", GARBAGE]]
     cases += [["-m", v, "--host", "256.0.0.1"] for v in path_values(f)]
+    cases += [base + SSD + ["--ssd-streaming-cache-experts", v] for v in ["banana", "1", "0.5MB", "50%", LONG]]
+    cases += [base + SSD + ["--cuda"], base + ["--ssd-streaming-cold"]]
     return cases + [base + ["--bogus"], base + ["--port"]]
 
 
