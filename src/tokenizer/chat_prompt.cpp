@@ -14,10 +14,6 @@ std::string_view think_max_prefix() {
            "assumption is left unchecked.\n\n";
 }
 
-bool thinking_enabled(ThinkMode mode) {
-    return mode != ThinkMode::kNone;
-}
-
 ThinkMode effective_think_mode(ThinkMode requested, uint64_t n_ctx) {
     if (requested == ThinkMode::kMax && n_ctx < kThinkMaxMinContext) return ThinkMode::kHigh;
     return requested;

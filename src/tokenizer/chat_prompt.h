@@ -29,7 +29,9 @@ inline constexpr uint64_t kThinkMaxMinContext = 393216;
 // The Think Max instruction text, inserted right after BOS (ends with a blank line).
 std::string_view think_max_prefix();
 
-bool thinking_enabled(ThinkMode mode);
+inline bool thinking_enabled(ThinkMode mode) {
+    return mode != ThinkMode::kNone;
+}
 // The mode actually used with a context of n_ctx tokens (Think Max downgraded below 393216).
 ThinkMode effective_think_mode(ThinkMode requested, uint64_t n_ctx);
 
