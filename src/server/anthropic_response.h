@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "server/engine.h"
+#include "server/sse_event.h"
 
 namespace ds4::server {
 
@@ -33,12 +34,6 @@ nlohmann::json anthropic_usage(const GenResult &g);
 // name, input object).
 nlohmann::json anthropic_message(const GenResult &g, const std::string &id,
                                  const std::string &model);
-
-// One server-sent event: `event: NAME` and `data: JSON`; data.type is NAME.
-struct SseEvent {
-    std::string name;
-    nlohmann::json data;
-};
 
 // The events of a streamed answer, in the order the engine produces it:
 //   start    message_start (content empty, output_tokens 0)

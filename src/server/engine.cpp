@@ -81,14 +81,14 @@ std::vector<int32_t> Engine::tokenize(const GenRequest &r) const {
     return tokenizer::encode_cli_prompt(tok_, r.prompt, tokenizer::kDefaultSystemText, mode);
 }
 
-std::vector<int32_t> Engine::prompt_tokens(const GenRequest &r) const {
+std::vector<int32_t> Engine::prompt_tokens(const GenRequest &r, const char *param) const {
     std::vector<int32_t> ids = tokenize(r);
     if (ids.size() >= ctx_) {
         ApiError e(400,
                    fmt::format("Prompt has {} tokens, but the configured context size is {} tokens",
                                ids.size(), ctx_),
                    "context_length_exceeded");
-        e.extra["param"] = r.endpoint == Endpoint::Chat ? "messages" : "prompt";
+        e.extra["param"] = param ? param : r.endpoint == Endpoint::Chat ? "messages" : "prompt";
         e.extra["n_prompt_tokens"] = ids.size();
         e.extra["n_ctx"] = ctx_;
         throw e;
@@ -211,6 +211,7 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
         if (tracker) deliver(tracker->push_silent(r.assistant_prefill + r.tool_prefix));
         auto on_token = [&](int32_t id) {
             if (res.stop_sequence || res.disconnected) return;
+            if (reasoning) ++res.reasoning_tokens;
             if (id == sp.eos) return;
             if (chat && (id == sp.think_open || id == sp.think_close)) {
                 emit(decoder.flush(), reasoning);

@@ -33,6 +33,7 @@ struct GenResult {
     std::vector<tokenizer::ToolCall> tool_calls;  // ids left empty: the API layer assigns them
     std::string finish_reason;                    // "stop" | "length" | "tool_calls"
     size_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+    size_t reasoning_tokens = 0;  // of completion_tokens, those chosen inside a think block
     runtime::StopReason stop = runtime::StopReason::Length;
     bool stop_sequence = false;  // a stop sequence ended the text
     std::string matched_stop;    // which one
@@ -58,8 +59,8 @@ class Engine {
     // system text) followed by the assistant prefill, a completion prompt as `ds4 -p` renders it.
     std::vector<int32_t> tokenize(const GenRequest &r) const;
     // The same, but throws ApiError 400 (context_length_exceeded) when the prompt leaves no room
-    // in the context.
-    std::vector<int32_t> prompt_tokens(const GenRequest &r) const;
+    // in the context; its `param` is `param` when given, else "messages" or "prompt".
+    std::vector<int32_t> prompt_tokens(const GenRequest &r, const char *param = nullptr) const;
 
     // A place in line for a request, or nullopt when every slot is busy and the queue is full.
     std::optional<Ticket> enter() { return sched_.enter(); }

@@ -18,6 +18,8 @@
 #include "server/anthropic_response.h"
 #include "server/api_error.h"
 #include "server/connection_watch.h"
+#include "server/responses_request.h"
+#include "server/responses_response.h"
 #include "server/tool_calls.h"
 
 namespace ds4::server {
@@ -68,6 +70,13 @@ std::string sse_event(const std::string &name, const json &j) {
 // Writes one piece of a stream; false when the client is gone.
 using SendFn = std::function<bool(const std::string &)>;
 using GoneFn = std::function<bool()>;
+
+// Writes named events in order; false when the client is gone.
+bool send_events(const SendFn &send, const std::vector<SseEvent> &events) {
+    for (const SseEvent &e : events)
+        if (!send(sse_event(e.name, e.data))) return false;
+    return true;
+}
 
 // The writer of one SSE stream. Writes are serialized, and a comment `: keep-alive` is written
 // whenever the stream has been silent for `interval` (a request waiting in line, a long prefill,
@@ -207,7 +216,10 @@ struct HttpServer::Impl {
     httplib::Server srv;
     std::atomic<uint64_t> seq{0};
 
-    Impl(Engine &e, ServerOptions o) : engine(e), opts(std::move(o)) {}
+    ResponsesStore stored;
+
+    Impl(Engine &e, ServerOptions o)
+        : engine(e), opts(std::move(o)), stored(opts.responses_store) {}
 
     json model_object() const {
         return {{"id", opts.model_id},
@@ -422,9 +434,7 @@ struct HttpServer::Impl {
                       [this, r, prompt, ticket, id, model](const SendFn &send, const GoneFn &gone) {
                           AnthropicStream events(id, model);
                           auto send_all = [&](const std::vector<SseEvent> &evs) {
-                              for (const SseEvent &e : evs)
-                                  if (!send(sse_event(e.name, e.data))) return false;
-                              return true;
+                              return send_events(send, evs);
                           };
                           const GenResult g = engine.run(
                               *ticket, *r, *prompt,
@@ -436,6 +446,75 @@ struct HttpServer::Impl {
                           send_all(events.finish(g));
                           return true;
                       });
+    }
+
+    // POST /v1/responses (docs/SERVER.md, Responses). With previous_response_id the stored
+    // conversation of that response comes before the input; with store, the answer and its
+    // conversation are kept (before the answer is sent, so that the next turn finds it).
+    void responses(const httplib::Request &req, httplib::Response &res) {
+        static constexpr const char *path = "/v1/responses";
+        auto rr = std::make_shared<ResponsesRequest>(parse_responses_request(req.body));
+        std::shared_ptr<const ResponseTurn> previous;
+        if (!rr->previous_response_id.empty()) {
+            const auto found = stored.get(rr->previous_response_id);
+            if (!found) {
+                ApiError e(400,
+                           fmt::format("Previous response with id '{}' not found.",
+                                       rr->previous_response_id),
+                           "previous_response_not_found");
+                e.extra["param"] = "previous_response_id";
+                throw e;
+            }
+            previous = found->turn;
+        }
+        with_history(*rr, conversation(previous.get()));
+        auto prompt =
+            std::make_shared<std::vector<int32_t>>(engine.prompt_tokens(rr->gen, "input"));
+        const ResponseMeta meta{make_tool_id("resp_"), std::time(nullptr), model_name(rr->gen),
+                                rr->echo};
+        auto ticket = admit(res);
+        auto watch = watch_of(req);
+        // The turn kept is the input and the output read back as input items: what a client
+        // replaying this response would send.
+        auto keep = [this, rr, previous, id = meta.id](const json &response) {
+            if (!rr->store) return;
+            std::vector<tokenizer::ChatMessage> turn = rr->input;
+            for (auto &m : read_input_items(response.at("output"), "output"))
+                turn.push_back(std::move(m));
+            stored.put(id, {response, std::make_shared<ResponseTurn>(previous, std::move(turn))});
+        };
+        if (!rr->gen.stream) {
+            const GenResult g = run_whole(path, *ticket, rr->gen, *prompt, *watch);
+            const json body = response_from_result(meta, g);
+            keep(body);
+            send_json(res, 200, body);
+            return;
+        }
+        stream_events(
+            res, Api::OpenAI, path, opts.keepalive_seconds, watch,
+            [this, rr, prompt, ticket, meta, keep](const SendFn &send, const GoneFn &gone) {
+                ResponsesStream events(meta);
+                if (!send_events(send, events.start())) return false;
+                const GenResult g = engine.run(
+                    *ticket, rr->gen, *prompt,
+                    [&](const Delta &d) { return send_events(send, events.delta(d)); }, {}, gone);
+                log(path, g);
+                if (g.disconnected) return false;
+                check_ran(g);
+                const std::vector<SseEvent> last = events.finish(g);
+                keep(events.response());
+                send_events(send, last);
+                return true;
+            });
+    }
+
+    // GET /v1/responses/{id}: a stored response.
+    void stored_response(const httplib::Request &req, httplib::Response &res) {
+        const std::string id = req.matches[1];
+        const auto found = stored.get(id);
+        if (!found)
+            throw ApiError(404, fmt::format("Response with id '{}' not found.", id), "not_found");
+        send_json(res, 200, found->response);
     }
 
     // POST /v1/messages/count_tokens: the prompt's length, as /v1/messages would run it.
@@ -557,6 +636,12 @@ struct HttpServer::Impl {
         });
         srv.Post("/v1/messages", [this](const httplib::Request &req, httplib::Response &res) {
             guarded(req, res, [&] { messages(req, res); });
+        });
+        srv.Post("/v1/responses", [this](const httplib::Request &req, httplib::Response &res) {
+            guarded(req, res, [&] { responses(req, res); });
+        });
+        srv.Get("/v1/responses/(.+)", [this](const httplib::Request &req, httplib::Response &res) {
+            guarded(req, res, [&] { stored_response(req, res); });
         });
         srv.Post("/v1/messages/count_tokens",
                  [this](const httplib::Request &req, httplib::Response &res) {

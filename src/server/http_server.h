@@ -1,6 +1,7 @@
 #pragma once
 // The HTTP layer of ds4-server (docs/SERVER.md): routes, API key, CORS, body limit, JSON errors,
-// non-streaming and SSE responses in the OpenAI and Anthropic shapes, over an Engine.
+// non-streaming and SSE responses in the OpenAI (chat, completions, Responses) and Anthropic
+// shapes, over an Engine.
 #include <atomic>
 #include <ctime>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "server/engine.h"
+#include "server/responses_store.h"
 
 namespace ds4::server {
 
@@ -27,6 +29,7 @@ struct ServerOptions {
     time_t idle_timeout_seconds = 5;    // an idle keep-alive connection is closed after this
     int retry_after_seconds = 1;        // the Retry-After of a 503 (queue full)
     size_t http_threads = 0;            // 0 = max(16, 2 * (slots + queue) + 8)
+    size_t responses_store = kDefaultResponsesStore;  // stored /v1/responses answers kept
 };
 
 class HttpServer {

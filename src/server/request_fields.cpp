@@ -172,17 +172,18 @@ void apply_tool_choice(GenRequest &r, ToolChoice choice, const std::string &name
     r.tool_prefix = forced_tool_prefix(choice, name);
 }
 
-tokenizer::ThinkMode get_think(const json &j, const std::string &model, const json *output_config) {
+tokenizer::ThinkMode get_think(const json &j, const std::string &model, const json *effort_object,
+                               const char *effort_object_param) {
     std::optional<bool> think;
     if (model == "deepseek-reasoner") think = true;
     if (model == "deepseek-chat") think = false;
     tokenizer::ThinkMode on = tokenizer::ThinkMode::kHigh;
     const char *effort_param = "reasoning_effort";
     auto effort = get_string(j, effort_param);
-    if (output_config) {
-        if (auto e = get_string(*output_config, "effort")) {
+    if (effort_object) {
+        if (auto e = get_string(*effort_object, "effort")) {
             effort = e;
-            effort_param = "output_config.effort";
+            effort_param = effort_object_param;
         }
     }
     if (auto e = effort) {

@@ -52,12 +52,14 @@ std::optional<std::string> get_string(const json &j, const char *key);
 std::vector<std::string> get_stops(const json &j, const char *key, bool allow_string);
 
 // The thinking controls (docs/SERVER.md, Thinking), the later winning: the model alias
-// (deepseek-reasoner on, deepseek-chat off), reasoning_effort (or, when `output_config` is given,
-// Anthropic's output_config.effort in its place), thinking (a boolean or {"type": "enabled" |
-// "adaptive" | "disabled"}; other members such as budget_tokens are ignored), think. Off when none
-// is given.
+// (deepseek-reasoner on, deepseek-chat off), reasoning_effort (or, when `effort_object` is given
+// and has an `effort`, that one in its place: Anthropic's output_config.effort, the Responses
+// API's reasoning.effort; `effort_param` names it in errors), thinking (a boolean or
+// {"type": "enabled" | "adaptive" | "disabled"}; other members such as budget_tokens are
+// ignored), think. Off when none is given.
 tokenizer::ThinkMode get_think(const json &j, const std::string &model,
-                               const json *output_config = nullptr);
+                               const json *effort_object = nullptr,
+                               const char *effort_param = "output_config.effort");
 
 // The body again with its objects' key order kept, parsed on first use: tool schemas and call
 // arguments are rendered in the client's key order (docs/SURFACES.md 3.6).

@@ -94,3 +94,27 @@ def rendered_chat(system, turns):
     for role, text in turns:
         out += (USER + text) if role == "user" else (ASSISTANT + "</think>" + text + EOS)
     return out + ASSISTANT + "</think>"
+
+
+def openai_chat(server, messages, **kw):
+    """The oracle of the other chat-like APIs: the same conversation through /v1/chat/completions
+    (temperature 0 and max_tokens 24 unless given); returns (choice, usage)."""
+    body = {"model": MODEL_ID, "messages": messages, "temperature": 0, "max_tokens": 24, **kw}
+    s, parsed, raw = post(server, "/v1/chat/completions", body)
+    assert s == 200, raw
+    return parsed["choices"][0], parsed["usage"]
+
+
+def sse_events(raw):
+    """(name, data) per event of a stream of named events (Anthropic, Responses): each is one
+    `event:` and one `data:` line, data.type being the name."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        lines = block.split("\n")
+        assert len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "), block
+        name, data = lines[0][len("event: "):], json.loads(lines[1][len("data: "):])
+        assert data["type"] == name, block
+        out.append((name, data))
+    return out

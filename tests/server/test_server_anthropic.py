@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ds4_server_harness import ASSISTANT, BOS, MODEL_ID, USER, post, rendered_chat, start_server
+from ds4_server_harness import ASSISTANT, BOS, MODEL_ID, USER, openai_chat, post, rendered_chat, sse_events, start_server
 
 MESSAGES = "/v1/messages"
 SYSTEM = "Sei un narratore."
@@ -46,29 +46,7 @@ def prompt_of(message):
     return message.usage.input_tokens + message.usage.cache_read_input_tokens
 
 
-def openai_chat(server, messages, **kw):
-    """The oracle: the same conversation through /v1/chat/completions."""
-    body = {"model": MODEL_ID, "messages": messages, "temperature": 0, "max_tokens": 24, **kw}
-    s, parsed, raw = post(server, "/v1/chat/completions", body)
-    assert s == 200, raw
-    return parsed["choices"][0], parsed["usage"]
-
-
 STOP_REASON = {"length": "max_tokens", "stop": "end_turn"}  # OpenAI finish -> Anthropic stop_reason
-
-
-def sse_events(raw):
-    """(name, data) per event of an Anthropic stream; each is one `event:` and one `data:` line."""
-    out = []
-    for block in raw.decode().split("\n\n"):
-        if not block.strip():
-            continue
-        lines = block.split("\n")
-        assert len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "), block
-        name, data = lines[0][len("event: "):], json.loads(lines[1][len("data: "):])
-        assert data["type"] == name, block
-        out.append((name, data))
-    return out
 
 
 def is_anthropic_error(status, body, want_status, want_type="invalid_request_error"):

@@ -1,5 +1,5 @@
-// ds4-server: an OpenAI- and Anthropic-compatible HTTP server over the engine's session API
-// (docs/SERVER.md).
+// ds4-server: an OpenAI- (chat, completions, Responses) and Anthropic-compatible HTTP server over
+// the engine's session API (docs/SERVER.md).
 #include <fmt/format.h>
 #include <pthread.h>
 
@@ -49,6 +49,7 @@ struct Options {
     size_t queue = ds4::server::kDefaultQueue;
     double keepalive = 5;
     int read_timeout = 10, write_timeout = 30, idle_timeout = 5;
+    size_t responses_store = ds4::server::kDefaultResponsesStore;
     ds4::tools::BackendFlags backend;
 };
 
@@ -123,6 +124,11 @@ int server_main(int argc, char **argv) {
                    "Seconds an idle keep-alive connection is kept open")
         ->check(integer_in(1, 3600))
         ->default_str("5");
+    app.add_option("--responses-store", opt.responses_store,
+                   "Stored /v1/responses answers kept in memory for previous_response_id and GET "
+                   "/v1/responses/{id} (the oldest dropped first); 0 = none")
+        ->check(integer_in(0, 1000000))
+        ->default_str(std::to_string(ds4::server::kDefaultResponsesStore));
     ds4::tools::add_backend_options(app, opt.backend);
     ds4::tools::SsdStreamingFlags ssd;
     ds4::tools::add_ssd_streaming_options(app, ssd);
@@ -221,6 +227,7 @@ int server_main(int argc, char **argv) {
         .read_timeout_seconds = opt.read_timeout,
         .write_timeout_seconds = opt.write_timeout,
         .idle_timeout_seconds = opt.idle_timeout,
+        .responses_store = opt.responses_store,
     };
     ds4::server::HttpServer server(engine, sopt);
     const int port = server.bind();
