@@ -1,9 +1,10 @@
 // libFuzzer target for ds4-server's request side: the first byte picks a parser (OpenAI chat,
-// OpenAI completions, Anthropic messages, Anthropic count_tokens) and the rest is the request
-// body; or it picks the generated-text tool-call tracker, which is fed the rest in pieces whose
-// sizes the next bytes choose. A parser must return a request or throw ApiError (the 4xx the
-// handler sends); anything else escaping it (a json type error, std::out_of_range, ...) would be
-// a 500, and aborts here. The tracker must never throw: generated text is not an input error.
+// OpenAI completions, Anthropic messages, Anthropic count_tokens, OpenAI responses) and the rest is
+// the request body; or it picks the generated-text tool-call tracker, which is fed the rest in
+// pieces whose sizes the next bytes choose. A parser must return a request or throw ApiError (the
+// 4xx the handler sends); anything else escaping it (a json type error, std::out_of_range, ...)
+// would be a 500, and aborts here. The tracker must never throw: generated text is not an input
+// error.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "server/anthropic_request.h"
 #include "server/api_error.h"
 #include "server/request.h"
+#include "server/responses_request.h"
 #include "server/tool_calls.h"
 
 namespace {
@@ -22,7 +24,7 @@ namespace {
 void parse(uint8_t which, std::string_view body) {
     using namespace ds4::server;
     try {
-        switch (which % 4) {
+        switch (which % 5) {
             case 0:
                 (void)parse_chat_request(body);
                 break;
@@ -32,12 +34,15 @@ void parse(uint8_t which, std::string_view body) {
             case 2:
                 (void)parse_messages_request(body);
                 break;
-            default:
+            case 3:
                 (void)parse_messages_request(body, MessagesBody::CountTokens);
+                break;
+            default:
+                (void)parse_responses_request(body);
         }
     } catch (const ApiError &) {
     } catch (const std::exception &e) {
-        std::fprintf(stderr, "parser %d: not an ApiError: %s\n", which % 4, e.what());
+        std::fprintf(stderr, "parser %d: not an ApiError: %s\n", which % 5, e.what());
         std::abort();
     }
 }

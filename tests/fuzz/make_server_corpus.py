@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seeds of the ds4-server request fuzzer (tests/fuzz/fuzz_server_request.cpp): one
-byte choosing the parser (0 chat, 1 completions, 2 Anthropic messages, 3 count_tokens; 200 and up
+byte choosing the parser (0 chat, 1 completions, 2 Anthropic messages, 3 count_tokens, 4 responses; 200 and up
 the tool-call tracker), then a request body of that API, or generated text with a DSML tool call
 (the block as DeepSeek's encoding_dsv4.py writes it).
     python3 tests/fuzz/make_server_corpus.py
@@ -36,6 +36,14 @@ SEEDS = {
                      "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
                      "thinking": {"type": "enabled", "budget_tokens": 1024}, "stop_sequences": ["END"]}),
     "count_tokens": (3, {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}),
+    "responses": (4, {"model": "m", "instructions": "Be brief.", "max_output_tokens": 8,
+                      "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+                                {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                                 "arguments": "{\"city\":\"Rome\"}"},
+                                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}],
+                      "tools": [{"type": "function", "name": "get_weather",
+                                 "parameters": {"type": "object"}}],
+                      "reasoning": {"effort": "high"}, "previous_response_id": "resp_1", "stream": True}),
 }
 
 
