@@ -172,7 +172,7 @@ def server_cases(f):
     base = ["-m", f["tiny"], "--host", "256.0.0.1", "-c", "64"]
     cases = []
     for flag in ["--port", "-c", "-n", "-t", "--parallel", "--queue", "--keepalive", "--read-timeout",
-                 "--write-timeout", "--idle-timeout"]:
+                 "--write-timeout", "--idle-timeout", "--responses-store"]:
         cases += [base + [flag, v] for v in NUMBERS]
     cases += [base + ["--host", v] for v in ["", GARBAGE, LONG]]
     cases += [base + ["--api-key", v] for v in ["", GARBAGE, LONG]]
