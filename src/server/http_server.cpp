@@ -323,21 +323,13 @@ struct HttpServer::Impl {
     // The streamed chunk of a delta (or of the end, with finish_reason).
     json chunk(Endpoint ep, const std::string &id, int64_t created, const std::string &model,
                const json &delta_or_text, const json &finish) const {
-        if (ep == Endpoint::Chat)
-            return {{"id", id},
-                    {"object", "chat.completion.chunk"},
-                    {"created", created},
-                    {"model", model},
-                    {"choices", json::array({{{"index", 0},
-                                              {"delta", delta_or_text},
-                                              {"logprobs", nullptr},
-                                              {"finish_reason", finish}}})}};
+        const bool chat = ep == Endpoint::Chat;
         return {{"id", id},
-                {"object", "text_completion"},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created},
                 {"model", model},
                 {"choices", json::array({{{"index", 0},
-                                          {"text", delta_or_text},
+                                          {chat ? "delta" : "text", delta_or_text},
                                           {"logprobs", nullptr},
                                           {"finish_reason", finish}}})}};
     }
