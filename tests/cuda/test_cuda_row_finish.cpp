@@ -114,8 +114,8 @@ TEST(CudaRowFinish, CompressorRowEqualsPoolNormRopeRoundStore) {
                          row = to_device(test::poison_floats(c.d));
             DeviceBuffer want = to_device(test::poison_floats(6 * c.d)),
                          got = to_device(test::poison_floats(6 * c.d));
-            compressor_pool_if(dkv.as<float>(), dsc.as<float>(), c.ratio, c.overlap, c.d, W,
-                               pooled.as<float>(), when.as<int64_t>(), nullptr);
+            compressor_pool(dkv.as<float>(), dsc.as<float>(), c.ratio, c.overlap, c.d, W,
+                            pooled.as<float>(), nullptr);
             rms_norm(pooled.as<float>(), dw.as<float>(), row.as<float>(), 1, c.d, 1e-6f, nullptr);
             rope_tail(row.as<float>(), 1, c.d, r.freqs.as<double>(), r.n_freq, r.pos.as<int64_t>(),
                       false, nullptr);

@@ -94,29 +94,6 @@ TEST(CudaStepWords, CompressorPushAndShiftFollowTheirWords) {
     }
 }
 
-TEST(CudaStepWords, CompressorPoolFollowsItsWord) {
-    DS4_REQUIRE_CUDA_DEVICE();
-    constexpr int kRatio = 4;
-    constexpr int64_t kD = 128, kWidth = 2 * kD, kRows = 2 * kRatio;
-    const auto kv = random_floats(kRows * kWidth, 14, 1.0f),
-               sc = random_floats(kRows * kWidth, 15, 3.0f);
-    const DeviceBuffer dkv = to_device(kv), dsc = to_device(sc);
-    DeviceBuffer want = to_device(test::poison_floats(kD));
-    compressor_pool(dkv.as<float>(), dsc.as<float>(), kRatio, true, kD, kWidth, want.as<float>(),
-                    nullptr);
-    for (const int64_t when : {int64_t(5), int64_t(-1)}) {
-        DeviceBuffer got = to_device(test::poison_floats(kD));
-        const DeviceBuffer dwhen = to_device(std::vector<int64_t>{when});
-        compressor_pool_if(dkv.as<float>(), dsc.as<float>(), kRatio, true, kD, kWidth,
-                           got.as<float>(), dwhen.as<int64_t>(), nullptr);
-        DS4_CUDA_CHECK(cudaDeviceSynchronize());
-        // A completed window pools as compressor_pool; otherwise the output keeps its poison.
-        EXPECT_TRUE(same_bits(to_host<float>(got, kD),
-                              when >= 0 ? to_host<float>(want, kD) : test::poison_floats(kD)))
-            << when;
-    }
-}
-
 TEST(CudaStepWords, AttentionWithRowCountOnTheDevice) {
     DS4_REQUIRE_CUDA_DEVICE();
     constexpr int64_t kHeads = 16, kD = 128, kRows = 37, kMax = 64;

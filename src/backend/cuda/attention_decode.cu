@@ -3,6 +3,7 @@
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/row_device.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -42,10 +43,6 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-__device__ __forceinline__ float exp_f(float x) {
-    return static_cast<float>(exp(static_cast<double>(x)));
-}
-
 constexpr int kMixDims = 32;    // output dims of a mix block: a warp's lanes
 constexpr int kMixTile = 1024;  // rows of e staged at a time
 constexpr int kMixThreads = kHeadsPerBlock * kMixDims;
@@ -80,13 +77,13 @@ __global__ void __launch_bounds__(kMixThreads)
         mx = mx < other ? other : mx;
     }
     // 2. per tile: e_j = exp(s_j scale - m) into shared memory, then the sums in row order.
-    float den = head ? exp_f(__fsub_rn(sinks[h], mx)) : 0.0f, acc = 0.0f;
+    float den = head ? dev::exp_f(__fsub_rn(sinks[h], mx)) : 0.0f, acc = 0.0f;
     for (int64_t j0 = 0; j0 < n_rows; j0 += kMixTile) {
         const int n = int(min(int64_t(kMixTile), n_rows - j0));
         __syncthreads();  // the previous tile is consumed
         if (head)
             for (int j = lane; j < n; j += 32)
-                e[warp][j] = exp_f(__fsub_rn(__fmul_rn(sc[j0 + j], scale), mx));
+                e[warp][j] = dev::exp_f(__fsub_rn(__fmul_rn(sc[j0 + j], scale), mx));
         __syncwarp();
         if (head) {
             // Every lane adds the denominator too (the same values in the same order: the same

@@ -1,16 +1,14 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hyper_connections.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/row_device.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
 namespace {
 
-__device__ __forceinline__ float exp_f(float x) {
-    return static_cast<float>(exp(static_cast<double>(x)));
-}
 __device__ __forceinline__ float sigmoid(float z) {
-    return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_f(-z)));
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, dev::exp_f(-z)));
 }
 
 // runtime/hyper_connections.cpp hc_mix_from and sinkhorn, one thread per entry of comb (n^2
@@ -41,7 +39,7 @@ __global__ void hc_mix_kernel(const float *mt, const float *s, const float *b, i
     }
     float sum = 0.0f, mine = 0.0f;
     for (int q = 0; q < n; ++q) {
-        const float e = exp_f(__fsub_rn(logit(q), mx));
+        const float e = dev::exp_f(__fsub_rn(logit(q), mx));
         sum = __fadd_rn(sum, e);
         if (q == j) mine = e;
     }
@@ -96,7 +94,7 @@ __global__ void __launch_bounds__(kMixCombineThreads)
             const float v = __shfl_sync(0xffffffffu, l, row0 + q);
             mx = mx < v ? v : mx;  // std::max
         }
-        const float ex = exp_f(__fsub_rn(l, mx));
+        const float ex = dev::exp_f(__fsub_rn(l, mx));
         float sum = 0.0f;
         for (int q = 0; q < n; ++q) sum = __fadd_rn(sum, __shfl_sync(0xffffffffu, ex, row0 + q));
         float c = __fadd_rn(__fdiv_rn(ex, sum), eps);

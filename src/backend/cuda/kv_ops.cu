@@ -64,10 +64,8 @@ __global__ void compressor_push_kernel(const float *__restrict__ kv_in,
 // One thread per output column: backend/cpu/compressor_pool.cpp, operation for operation.
 __global__ void compressor_pool_kernel(const float *__restrict__ kv,
                                        const float *__restrict__ score, int r, bool overlap,
-                                       int64_t d, int64_t width, float *__restrict__ pooled,
-                                       const int64_t *__restrict__ when) {
+                                       int64_t d, int64_t width, float *__restrict__ pooled) {
     dev::wait_for_previous_kernels();
-    if (when && *when < 0) return;  // the window did not complete: pooled is left as it was
     const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (j >= d) return;
     pooled[j] = dev::pool_column(kv, score, r, overlap, d, width, j);
@@ -118,19 +116,13 @@ void compressor_push(const float *kv_in, const float *sc_in, const float *ape_ro
 
 void compressor_pool(const float *state_kv, const float *state_score, int ratio, bool overlap,
                      int64_t d, int64_t width, float *pooled, cudaStream_t stream) {
-    compressor_pool_if(state_kv, state_score, ratio, overlap, d, width, pooled, nullptr, stream);
-}
-
-void compressor_pool_if(const float *state_kv, const float *state_score, int ratio, bool overlap,
-                        int64_t d, int64_t width, float *pooled, const int64_t *when,
-                        cudaStream_t stream) {
     if (ratio < 1 || d < 0 || width < (overlap ? 2 * d : d))
         throw ds4::Error("compressor_pool: ratio must be at least 1 and width cover the columns");
     if (d == 0) return;
     // Small blocks: d is a few hundred columns, spread over as many multiprocessors as it allows.
     constexpr int kPoolThreads = 64;
     launch_kernel(compressor_pool_kernel, blocks_for(d, kPoolThreads), kPoolThreads, 0, stream,
-                  state_kv, state_score, ratio, overlap, d, width, pooled, when);
+                  state_kv, state_score, ratio, overlap, d, width, pooled);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -55,9 +55,9 @@ void compressor_shift(float *state_kv, float *state_score, int ratio, int64_t wi
 //                         max_rows >= n_raw + n_sel;
 //   compressor_push_step  slot = slot_base + *phase, ape row = ape + *phase * width;
 //   compressor_shift_if   compressor_shift when *when >= 0 (the index of the row the window
-//                         completed), else nothing;
-//   compressor_pool_if    compressor_pool under the same condition (pooled keeps its values
-//                         otherwise: a row that is not stored is not worth pooling).
+//                         completed), else nothing.
+// (Where a window completes the decode step pools, normalises, rotates, rounds and stores its row
+// in one launch: row_finish.h, compared with compressor_pool and store_row_at here.)
 void store_row_at(const float *row, int64_t d, bool f16_round, float *base, const int64_t *index,
                   cudaStream_t stream);
 void gather_rows_step(const float *ring, int64_t window, const float *comp, const int32_t *selected,
@@ -68,8 +68,5 @@ void compressor_push_step(const float *kv_in, const float *sc_in, const float *a
                           float *state_score, cudaStream_t stream);
 void compressor_shift_if(float *state_kv, float *state_score, int ratio, int64_t width,
                          const int64_t *when, cudaStream_t stream);
-void compressor_pool_if(const float *state_kv, const float *state_score, int ratio, bool overlap,
-                        int64_t d, int64_t width, float *pooled, const int64_t *when,
-                        cudaStream_t stream);
 
 }  // namespace ds4::cuda

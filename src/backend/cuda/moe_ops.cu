@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/moe_ops.h"
+#include "backend/cuda/row_device.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -8,10 +9,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// f32 exp and log1p, correctly rounded but for double-rounding cases.
-__device__ __forceinline__ float exp_f(float x) {
-    return static_cast<float>(exp(static_cast<double>(x)));
-}
+// f32 log1p, correctly rounded but for double-rounding cases (as dev::exp_f).
 __device__ __forceinline__ float log1p_f(float x) {
     return static_cast<float>(log1p(static_cast<double>(x)));
 }
@@ -19,11 +17,11 @@ __device__ __forceinline__ float log1p_f(float x) {
 // backend/cpu/vector_ops.cpp softplus and silu, operation for operation.
 __device__ __forceinline__ float softplus(float z) {
     if (z > 20.0f) return z;
-    if (z < -20.0f) return exp_f(z);
-    return log1p_f(exp_f(z));
+    if (z < -20.0f) return dev::exp_f(z);
+    return log1p_f(dev::exp_f(z));
 }
 __device__ __forceinline__ float silu(float x) {
-    return __fmul_rn(x, __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_f(-x))));
+    return __fmul_rn(x, __fdiv_rn(1.0f, __fadd_rn(1.0f, dev::exp_f(-x))));
 }
 
 // (value, index) order of the selection: larger value first, the lower index on ties.

@@ -44,6 +44,8 @@ __device__ __forceinline__ float f16_bits_to_f32(uint32_t h) {
     return __uint_as_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
+// f32 exp: the double exp rounded to f32, correctly rounded but for double-rounding cases (the
+// CPU calls f32 libm: the twins' tests allow an ulp).
 __device__ __forceinline__ float exp_f(float x) {
     return static_cast<float>(exp(static_cast<double>(x)));
 }

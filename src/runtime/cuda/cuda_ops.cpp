@@ -298,6 +298,16 @@ void CudaOps::quantize_q8_0(const float *x, int64_t n) {
     cuda::quantize_q8_0_activation(x, n, xq_.as<int8_t>(), xd_.as<float>(), s_);
 }
 
+void CudaOps::quantize_q8_0_batch(const float *X, int64_t m, int64_t width) {
+    const size_t n = size_t(m) * size_t(width);
+    if (n > xq_batch_.bytes())
+        throw Error(fmt::format(
+            "CUDA backend: a batch of {} x {} activations exceeds the batch scratch of {}", m,
+            width, xq_batch_.bytes()));
+    cuda::quantize_q8_0_activation(X, int64_t(n), xq_batch_.as<int8_t>(), xd_batch_.as<float>(),
+                                   s_);
+}
+
 void CudaOps::experts_matvec(const DeviceMatrix &w, const int32_t *ids, int n_ids, const float *x,
                              bool x_per_slot, float *y, bool x_quantized) {
     const int64_t n = x_per_slot ? int64_t(n_ids) * w.k : w.k;
@@ -352,14 +362,7 @@ void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
         // A batch: every token's row quantized at once (rows of k values: their blocks are the
         // rows' blocks), then one pass over the weights per 8 tokens, each token's outputs the
         // bits of its own matvec.
-        const size_t n = size_t(m) * size_t(d.k);
-        if (n > xq_batch_.bytes())
-            throw Error(
-                fmt::format("CUDA backend: a batch of {} x {} activations exceeds the "
-                            "batch scratch of {}",
-                            m, d.k, xq_batch_.bytes()));
-        cuda::quantize_q8_0_activation(X, int64_t(n), xq_batch_.as<int8_t>(), xd_batch_.as<float>(),
-                                       s_);
+        quantize_q8_0_batch(X, m, d.k);
         cuda::matmul_q8_0(d.q8_0->matrix(), xq_batch_.as<int8_t>(), xd_batch_.as<float>(), m, Y,
                           s_);
         return;
@@ -375,14 +378,7 @@ void CudaOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, fl
     const int64_t R = d.n_rows / groups, K = d.k;
     const ProfileScope scope = weight_scope("linear", w, double(m));
     if (d.q8_0 && m > 1) {  // a batch: as linear's, with the groups' slices
-        const size_t n = size_t(m) * groups * size_t(K);
-        if (n > xq_batch_.bytes())
-            throw Error(
-                fmt::format("CUDA backend: a batch of {} x {} activations exceeds the "
-                            "batch scratch of {}",
-                            m, groups * K, xq_batch_.bytes()));
-        cuda::quantize_q8_0_activation(X, int64_t(n), xq_batch_.as<int8_t>(), xd_batch_.as<float>(),
-                                       s_);
+        quantize_q8_0_batch(X, m, int64_t(groups) * K);
         const cuda::Q8_0Matrix &full = d.q8_0->matrix();
         cuda::matmul_q8_0_groups(cuda::Q8_0Matrix{full.qs, full.d, R, K}, int(groups),
                                  xq_batch_.as<int8_t>(), xd_batch_.as<float>(), m, Y, s_);

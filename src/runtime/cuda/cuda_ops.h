@@ -120,6 +120,8 @@ class CudaOps final : public Ops {
     // Quantizes n values of x (several rows back to back: their blocks are the rows' blocks).
     cuda::Q8_KActivation quantize_q8_k(const float *x, int64_t n);
     void quantize_q8_0(const float *x, int64_t n);
+    // A batch's m rows of `width` values, into the batch scratch (rows of whole Q8_0 blocks).
+    void quantize_q8_0_batch(const float *X, int64_t m, int64_t width);
     // A pooled compressor row: push, and when the window completes, pool, norm, rotate, round
     // and append. Returns whether a row was appended.
     void compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t t);
