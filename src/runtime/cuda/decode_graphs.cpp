@@ -3,6 +3,10 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/error.h"
 
+#include <cuda_profiler_api.h>
+
+#include <cstdlib>
+
 namespace ds4::runtime::cuda_backend {
 
 DecodeGraph::~DecodeGraph() {
@@ -30,10 +34,30 @@ void DecodeGraph::end_capture_and_launch(cudaStream_t stream, uint64_t step_hash
     DS4_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
 }
 
+namespace {
+
+// DS4_CUDA_PROFILER_REPLAY=N: the profiler range (cudaProfilerStart/Stop) holds the Nth replay
+// only, so `ncu --profile-from-start off` measures the kernels of one decode step.
+long profiler_replay() {
+    static const long n = [] {
+        const char *v = std::getenv("DS4_CUDA_PROFILER_REPLAY");
+        return v ? std::strtol(v, nullptr, 10) : -1L;
+    }();
+    return n;
+}
+
+}  // namespace
+
 void DecodeGraph::launch(cudaStream_t stream, uint64_t step_hash) {
     if (step_hash != hash_)
         throw Error("internal: a decode step differs from the captured one (CUDA graph)");
+    const bool profiled = replays_++ == profiler_replay();
+    if (profiled) DS4_CUDA_CHECK(cudaProfilerStart());
     DS4_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+    if (profiled) {
+        DS4_CUDA_CHECK(cudaStreamSynchronize(stream));
+        DS4_CUDA_CHECK(cudaProfilerStop());
+    }
 }
 
 void DecodeGraph::abort(cudaStream_t stream) {

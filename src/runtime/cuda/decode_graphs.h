@@ -39,6 +39,7 @@ class DecodeGraph {
     cudaGraphExec_t exec_ = nullptr;
     uint64_t hash_ = 0;
     size_t nodes_ = 0;
+    long replays_ = 0;
     bool capturing_ = false;
 };
 
