@@ -24,7 +24,9 @@ using test::ulps;
 
 TEST(CudaVectorOps, RmsNormWithinOneUlp) {
     DS4_REQUIRE_CUDA_DEVICE();
-    for (const int64_t n : {int64_t(4096), int64_t(512), int64_t(96), int64_t(1)}) {
+    // 16384 and 4096: the wide kernel (several blocks a row); 96: one block a row; 1: the
+    // values of a row not a multiple of 4.
+    for (const int64_t n : {int64_t(16384), int64_t(4096), int64_t(512), int64_t(96), int64_t(1)}) {
         constexpr int64_t kRows = 5;
         const auto x = random_floats(kRows * n, 3 + n, 5.0f), w = random_floats(n, 4 + n, 1.0f);
         for (const bool weighted : {true, false}) {
@@ -39,6 +41,14 @@ TEST(CudaVectorOps, RmsNormWithinOneUlp) {
             DS4_CUDA_CHECK(cudaDeviceSynchronize());
             const auto got = to_host<float>(y, x.size());
             for (size_t i = 0; i < got.size(); ++i) ASSERT_LE(ulps(got[i], want[i]), 1.0) << i;
+            // In place: the same values (a wide row is then left to one block).
+            DeviceBuffer inplace = to_device(x);
+            rms_norm(inplace.as<float>(), weighted ? dw.as<float>() : nullptr, inplace.as<float>(),
+                     kRows, n, 1e-6f, nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto same = to_host<float>(inplace, x.size());
+            for (size_t i = 0; i < same.size(); ++i)
+                ASSERT_LE(ulps(same[i], want[i]), 1.0) << "in place " << i;
         }
     }
 }

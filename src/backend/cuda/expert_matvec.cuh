@@ -6,7 +6,7 @@
 // each expert's own SwiGLU output), rows of k values.
 //
 // A block of 256 threads computes R rows of one expert per warp, looping over row groups (a
-// grid of ~3 blocks per multiprocessor, so that per-block set-up such as lookup tables is paid
+// grid of ~4 blocks per multiprocessor, so that per-block set-up such as lookup tables is paid
 // a few hundred times per launch, not once per 8 R rows). The weights of a super-block
 // (256 values) are kPieces pieces of 16 bytes (4 for IQ2_XXS and Q2_K, 8 for Q4_K; consecutive
 // lanes); each lane computes the integer sums of its piece exactly, the lanes of a super-block
@@ -39,8 +39,9 @@ namespace ds4::cuda::expert_matvec {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32, kQK = 256, kPieceBytes = 16;
 
+// At most 64 registers a thread, so that 4 blocks fit on a multiprocessor (kTargetBlocks).
 template <class Format, int R>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 4)
     kernel(const uint8_t *__restrict__ wq, const uint8_t *__restrict__ wscales, int64_t n_rows,
            int64_t k, const int32_t *__restrict__ ids, bool x_per_slot,
            const int8_t *__restrict__ xq, const float *__restrict__ xd,
@@ -71,35 +72,50 @@ __global__ void __launch_bounds__(kThreads)
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-        for (int64_t p0 = 0; p0 < pieces; p0 += 32) {
-            const int64_t p = p0 + lane;
-            const bool active = p < pieces;  // a multiple of kPieces: super-blocks stay whole
-            const int64_t sb = p / Format::kPieces;
-            uint4 g[R];
-            typename Format::Scales sc[R];
+        // kAhead passes of 32 pieces at a time: their loads (4 per lane whatever R) are all
+        // issued before the first is used; the terms are still added pass by pass.
+        constexpr int kAhead = 4 / R;
+        for (int64_t p0 = 0; p0 < pieces; p0 += 32 * kAhead) {
+            uint4 g[kAhead][R];
+            typename Format::Scales sc[kAhead][R];
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                const int64_t row = min(row0 + r, n_rows - 1);  // a clamped duplicate is not stored
-                if (active) {
-                    g[r] = __ldcs(reinterpret_cast<const uint4 *>(wbase + row * row_bytes) + p);
-                    sc[r] =
-                        Format::load_scales(sbase + (row * nb + sb) * Format::Scales::kBytes, p);
-                } else {
-                    g[r] = make_uint4(0, 0, 0, 0);
-                    sc[r] = typename Format::Scales{};
+            for (int a = 0; a < kAhead; ++a) {
+                const int64_t p = p0 + 32 * a + lane;
+                const bool active = p < pieces;  // a multiple of kPieces: super-blocks stay whole
+                const int64_t sb = p / Format::kPieces;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const int64_t row = min(row0 + r, n_rows - 1);  // a clamped duplicate: unstored
+                    if (active) {
+                        g[a][r] =
+                            __ldcs(reinterpret_cast<const uint4 *>(wbase + row * row_bytes) + p);
+                        sc[a][r] = Format::load_scales(
+                            sbase + (row * nb + sb) * Format::Scales::kBytes, p);
+                    } else {
+                        g[a][r] = make_uint4(0, 0, 0, 0);
+                        sc[a][r] = typename Format::Scales{};
+                    }
                 }
             }
-            const float dx = active ? __ldg(xd + sb) : 0.0f;
-            typename Format::XPiece xp{};
-            if (active) xp = Format::load_x(sx, xbsums, p, sb);
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                typename Format::Sums s{};
-                if (active) s = Format::dot(g[r], xp, tables, lane, sc[r]);
+            for (int a = 0; a < kAhead; ++a) {
+                const int64_t p = p0 + 32 * a + lane;
+                if (p0 + 32 * a >= pieces) break;  // the same for every lane
+                const bool active = p < pieces;
+                const int64_t sb = p / Format::kPieces;
+                const float dx = active ? __ldg(xd + sb) : 0.0f;
+                typename Format::XPiece xp{};
+                if (active) xp = Format::load_x(sx, xbsums, p, sb);
 #pragma unroll
-                for (int o = 1; o < Format::kPieces; o *= 2)
-                    s = Format::add(s, Format::shuffle(s, o));
-                if (active && lane % Format::kPieces == 0) acc[r] += Format::term(s, sc[r], dx);
+                for (int r = 0; r < R; ++r) {
+                    typename Format::Sums s{};
+                    if (active) s = Format::dot(g[a][r], xp, tables, lane, sc[a][r]);
+#pragma unroll
+                    for (int o = 1; o < Format::kPieces; o *= 2)
+                        s = Format::add(s, Format::shuffle(s, o));
+                    if (active && lane % Format::kPieces == 0)
+                        acc[r] += Format::term(s, sc[a][r], dx);
+                }
             }
         }
 #pragma unroll
@@ -133,14 +149,14 @@ void launch_rows(dim3 grid, size_t smem, const uint8_t *wq, const uint8_t *wscal
                   x_per_slot, xq, xd, xbsums, y);
 }
 
-// Up to four rows per warp while there are ~3 row groups per multiprocessor of an H200 (132);
+// Up to four rows per warp while there are ~4 row groups per multiprocessor of an H200 (132);
 // at most that many blocks, each looping over row groups. Dynamic shared memory: the format's
 // tables and the k int8 activations.
 template <class Format>
 void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k,
             const int32_t *ids, int n_ids, bool x_per_slot, const int8_t *xq, const float *xd,
             const int16_t *xbsums, float *y, cudaStream_t stream) {
-    constexpr int64_t kTargetBlocks = 3 * 132;
+    constexpr int64_t kTargetBlocks = 4 * 132;
     const int64_t warp_rows = (n_rows + kWarps - 1) / kWarps * n_ids;
     const int r = warp_rows >= 4 * kTargetBlocks ? 4 : warp_rows >= 2 * kTargetBlocks ? 2 : 1;
     const int64_t groups = (n_rows + kWarps * r - 1) / (kWarps * r);

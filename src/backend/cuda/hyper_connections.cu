@@ -11,6 +11,12 @@ __device__ __forceinline__ float sigmoid(float z) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, dev::exp_f(-z)));
 }
 
+// runtime/hyper_connections.cpp hc_mix_from's pre weight of stream h.
+__device__ __forceinline__ float pre_weight(const float *mt, const float *s, const float *b, int h,
+                                            float eps) {
+    return __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mt[h], s[0]), b[h])), eps);
+}
+
 // runtime/hyper_connections.cpp hc_mix_from and sinkhorn, one thread per entry of comb (n^2
 // threads): thread (i, j) owns comb[i][j] and computes the row or column sum it divides by itself,
 // in the CPU's order (so every thread of a row or column gets the same sum, bit for bit), which
@@ -23,7 +29,7 @@ __global__ void hc_mix_kernel(const float *mt, const float *s, const float *b, i
     const int t = threadIdx.x, i = t / n, j = t % n;
     for (int h = t; h < 2 * n; h += blockDim.x) {
         if (h < n)
-            pre[h] = __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mt[h], s[0]), b[h])), eps);
+            pre[h] = pre_weight(mt, s, b, h, eps);
         else
             post[h - n] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mt[h], s[1]), b[h])));
     }
@@ -60,65 +66,64 @@ __global__ void hc_mix_kernel(const float *mt, const float *s, const float *b, i
     comb[t] = c[t];
 }
 
-// hc_mix then hc_combine in one launch, for n^2 <= 32 (the model's n is 4): warp 0 computes the
-// mix with lane i n + j owning comb[i][j], every sum gathered by shuffles in the CPU's order (no
-// barrier between Sinkhorn passes), then the whole block combines the streams with those pre
-// weights. The bits are hc_mix's and hc_combine's.
+// hc_mix then hc_combine in one launch, for n^2 <= 32 (the model's n is 4). Block 0's warp 0
+// computes the mix with lane i n + j owning comb[i][j], every sum gathered by shuffles in the
+// CPU's order (no barrier between Sinkhorn passes). The other blocks combine the streams, a value
+// per thread; each computes the pre weights itself (pre does not depend on Sinkhorn), so the
+// combination runs beside the Sinkhorn passes instead of after them. The bits are hc_mix's and
+// hc_combine's.
 constexpr int kMixCombineThreads = 256;
+
 __global__ void __launch_bounds__(kMixCombineThreads)
     hc_mix_combine_kernel(const float *mt, const float *s, const float *b, int n, int iters,
                           float eps, float *pre, float *post, float *comb,
                           const float *__restrict__ X, int64_t e, float *__restrict__ x) {
     dev::wait_for_previous_kernels();
-    __shared__ float s_pre[kMaxHcStreams];
     const int t = threadIdx.x;
-    if (t < 32) {
-        const int nn = n * n, i = t / n, j = t % n;
-        const bool mine = t < nn;
-        if (t < 2 * n) {
-            const float v = t < n
-                                ? __fadd_rn(sigmoid(__fadd_rn(__fmul_rn(mt[t], s[0]), b[t])), eps)
-                                : __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mt[t], s[1]), b[t])));
-            if (t < n) {
-                pre[t] = v;
-                s_pre[t] = v;
-            } else {
-                post[t - n] = v;
-            }
-        }
-        // Row i's softmax over its lanes: the max, then e_j and their sum in the order of j.
-        const float l = mine ? __fadd_rn(__fmul_rn(mt[2 * n + t], s[2]), b[2 * n + t]) : 0.0f;
-        const int row0 = mine ? i * n : 0;
-        float mx = -INFINITY;
-        for (int q = 0; q < n; ++q) {
-            const float v = __shfl_sync(0xffffffffu, l, row0 + q);
-            mx = mx < v ? v : mx;  // std::max
-        }
-        const float ex = dev::exp_f(__fsub_rn(l, mx));
-        float sum = 0.0f;
-        for (int q = 0; q < n; ++q) sum = __fadd_rn(sum, __shfl_sync(0xffffffffu, ex, row0 + q));
-        float c = __fadd_rn(__fdiv_rn(ex, sum), eps);
-        auto normalize = [&](bool cols) {
-            float total = 0.0f;
-            for (int q = 0; q < n; ++q) {
-                const int src = mine ? (cols ? q * n + j : i * n + q) : 0;
-                total = __fadd_rn(total, __shfl_sync(0xffffffffu, c, src));
-            }
-            c = __fdiv_rn(c, __fadd_rn(total, eps));
-        };
-        normalize(true);
-        for (int it = 1; it < iters; ++it) {
-            normalize(false);
-            normalize(true);
-        }
-        if (mine) comb[t] = c;
-    }
-    __syncthreads();
-    for (int64_t d = t; d < e; d += kMixCombineThreads) {
+    if (blockIdx.x > 0) {
+        __shared__ float s_pre[kMaxHcStreams];
+        if (t < n) s_pre[t] = pre_weight(mt, s, b, t, eps);
+        __syncthreads();
+        const int64_t d = int64_t(blockIdx.x - 1) * kMixCombineThreads + t;
+        if (d >= e) return;
         float acc = 0.0f;
         for (int h = 0; h < n; ++h) acc = __fadd_rn(acc, __fmul_rn(s_pre[h], X[h * e + d]));
         x[d] = acc;
+        return;
     }
+    if (t >= 32) return;
+    const int nn = n * n, i = t / n, j = t % n;
+    const bool mine = t < nn;
+    if (t < n)
+        pre[t] = pre_weight(mt, s, b, t, eps);
+    else if (t < 2 * n)
+        post[t - n] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mt[t], s[1]), b[t])));
+    // Row i's softmax over its lanes: the max, then e_j and their sum in the order of j.
+    const float l = mine ? __fadd_rn(__fmul_rn(mt[2 * n + t], s[2]), b[2 * n + t]) : 0.0f;
+    const int row0 = mine ? i * n : 0;
+    float mx = -INFINITY;
+    for (int q = 0; q < n; ++q) {
+        const float v = __shfl_sync(0xffffffffu, l, row0 + q);
+        mx = mx < v ? v : mx;  // std::max
+    }
+    const float ex = dev::exp_f(__fsub_rn(l, mx));
+    float sum = 0.0f;
+    for (int q = 0; q < n; ++q) sum = __fadd_rn(sum, __shfl_sync(0xffffffffu, ex, row0 + q));
+    float c = __fadd_rn(__fdiv_rn(ex, sum), eps);
+    auto normalize = [&](bool cols) {
+        float total = 0.0f;
+        for (int q = 0; q < n; ++q) {
+            const int src = mine ? (cols ? q * n + j : i * n + q) : 0;
+            total = __fadd_rn(total, __shfl_sync(0xffffffffu, c, src));
+        }
+        c = __fdiv_rn(c, __fadd_rn(total, eps));
+    };
+    normalize(true);
+    for (int it = 1; it < iters; ++it) {
+        normalize(false);
+        normalize(true);
+    }
+    if (mine) comb[t] = c;
 }
 
 __global__ void hc_combine_kernel(const float *__restrict__ pre, const float *__restrict__ X, int n,
@@ -177,8 +182,9 @@ void hc_mix_combine(const float *mixes, const float *scale, const float *base, i
         hc_combine(pre, X, n, e, x, stream);
         return;
     }
-    launch_kernel(hc_mix_combine_kernel, 1, kMixCombineThreads, 0, stream, mixes, scale, base, n,
-                  sinkhorn_iters, eps, pre, post, comb, X, e, x);
+    const unsigned combine_blocks = unsigned((e + kMixCombineThreads - 1) / kMixCombineThreads);
+    launch_kernel(hc_mix_combine_kernel, 1 + combine_blocks, kMixCombineThreads, 0, stream, mixes,
+                  scale, base, n, sinkhorn_iters, eps, pre, post, comb, X, e, x);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

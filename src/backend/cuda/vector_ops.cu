@@ -24,6 +24,52 @@ __global__ void __launch_bounds__(kThreads)
         yr[i] = w ? __fmul_rn(__fmul_rn(xr[i], scale), w[i]) : __fmul_rn(xr[i], scale);
 }
 
+// Rows of a multiple of 4 values: grid (slices, rows). Every block of a row computes the row's
+// whole double sum of squares (float4 loads, all a thread's in flight, the same order in each
+// block: the same scale), then writes its slice of kSlice values. A row's latency is then one
+// read of it, not a read and a write by one block.
+constexpr int64_t kSlice = 1024;
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_wide_kernel(const float *__restrict__ x, const float *__restrict__ w,
+                         float *__restrict__ y, int64_t n, float eps) {
+    dev::wait_for_previous_kernels();
+    __shared__ double part[kThreads / 32];
+    __shared__ float s_scale;
+    const int64_t n4 = n / 4;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x + int64_t(blockIdx.y) * n);
+    double ss = 0.0;
+#pragma unroll 8
+    for (int64_t i = threadIdx.x; i < n4; i += kThreads) {
+        const float4 v = x4[i];
+        ss += double(v.x) * double(v.x) + double(v.y) * double(v.y) +
+              (double(v.z) * double(v.z) + double(v.w) * double(v.w));
+    }
+    for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (int i = 0; i < kThreads / 32; ++i) t += part[i];
+        s_scale = static_cast<float>(1.0 / sqrt(t / double(n) + double(eps)));
+    }
+    __syncthreads();
+    const float scale = s_scale;
+    float4 *y4 = reinterpret_cast<float4 *>(y + int64_t(blockIdx.y) * n);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
+    const int64_t end = min(n4, (int64_t(blockIdx.x) + 1) * (kSlice / 4));
+    for (int64_t i = int64_t(blockIdx.x) * (kSlice / 4) + threadIdx.x; i < end; i += kThreads) {
+        const float4 v = x4[i];
+        float4 r = make_float4(__fmul_rn(v.x, scale), __fmul_rn(v.y, scale), __fmul_rn(v.z, scale),
+                               __fmul_rn(v.w, scale));
+        if (w) {
+            const float4 g = w4[i];
+            r = make_float4(__fmul_rn(r.x, g.x), __fmul_rn(r.y, g.y), __fmul_rn(r.z, g.z),
+                            __fmul_rn(r.w, g.w));
+        }
+        y4[i] = r;
+    }
+}
+
 __global__ void rope_kernel(float *__restrict__ heads, int64_t n_heads, int64_t head_dim,
                             const double *__restrict__ freqs, int64_t n_freq,
                             const int64_t *__restrict__ pos, bool inverse) {
@@ -58,7 +104,16 @@ __global__ void indexer_qat_kernel(float *x, int64_t n) {
 void rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps,
               cudaStream_t stream) {
     if (n_rows == 0) return;
-    launch_kernel(rms_norm_kernel, unsigned(n_rows), kThreads, 0, stream, x, w, y, n, eps);
+    const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    // In place, a block must not write values another block of the row still reads.
+    const bool apart = y + n_rows * n <= x || x + n_rows * n <= y;
+    if (n % 4 == 0 && n_rows <= 65535 && aligned(x) && aligned(y) && (!w || aligned(w)) &&
+        (n <= kSlice || apart)) {
+        const dim3 grid(unsigned((n + kSlice - 1) / kSlice), unsigned(n_rows));
+        launch_kernel(rms_norm_wide_kernel, grid, kThreads, 0, stream, x, w, y, n, eps);
+    } else {
+        launch_kernel(rms_norm_kernel, unsigned(n_rows), kThreads, 0, stream, x, w, y, n, eps);
+    }
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
