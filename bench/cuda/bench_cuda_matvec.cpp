@@ -8,7 +8,8 @@
 // read / time. The copy is cudaMemcpyAsync device-to-device of a 2 GiB buffer, counted as bytes
 // read + bytes written, replayed the same way, twice: by the copy engines (cudaMemcpyAsync) and
 // by the multiprocessors (device_copy, 16-byte loads and stores, as the kernels move bytes); the
-// ratios are against the faster. Medians of `reps` replays.
+// ratios are against the faster. Medians of `reps` replays. Then the latency of the small
+// operations of a decode step (bench_small_ops).
 //
 // Usage: bench_cuda_matvec [--reps N]   (exit 0 ok, 1 no device or a CUDA error, 2 bad usage)
 #include <cuda_runtime.h>
@@ -22,15 +23,18 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/attention_decode.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_copy.h"
 #include "backend/cuda/float_matvec.h"
+#include "backend/cuda/hyper_connections.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
 #include "backend/cuda/q2_k_matvec.h"
 #include "backend/cuda/q4_k_matvec.h"
 #include "backend/cuda/q8_0_matvec.h"
 #include "backend/cuda/q8_k_quantize.h"
+#include "backend/cuda/vector_ops.h"
 #include "quant/quant.h"
 #include "quant/random_blocks.h"
 
@@ -162,6 +166,58 @@ void bench_float(cudaStream_t s, int reps, double copy_gbs, size_t min_total) {
     }
 }
 
+// The small operations of a decode step, which move little and cost their latency: each row is a
+// chain of 43 dependent launches (one per layer, as in a step) on L2-resident data, replayed as a
+// graph; us per launch. Attention at the row counts of a 2K context's layers (the window of 128
+// plus 64 or 16 compressed rows) and of an indexed layer at full selection (128 + 512).
+void bench_small_ops(cudaStream_t s, int reps) {
+    constexpr int kLayers = 43, kHeads = 64, kDim = 512, kStreams = 4;
+    constexpr int64_t kEmbd = 4096;
+    const auto rnd = [](int64_t n, uint64_t seed) {
+        const auto v = ds4::quant::random_blocks(ds4::GgmlType::F32, n, seed);
+        DeviceBuffer d(v.size());
+        DS4_CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size(), cudaMemcpyHostToDevice));
+        return d;
+    };
+    fmt::print("\n{:<34} {:>10}\n", "small operation (43 chained launches)", "us/launch");
+    auto row = [&](const std::string &name, auto &&one) {
+        cudaGraphExec_t g = capture(s, [&] {
+            for (int l = 0; l < kLayers; ++l) one();
+        });
+        const double ms = median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(g, s)); });
+        fmt::print("{:<34} {:>10.2f}\n", name, ms * 1e3 / kLayers);
+        DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
+    };
+    const DeviceBuffer q = rnd(kHeads * kDim, 11), rows = rnd(640 * kDim, 12),
+                       sinks = rnd(kHeads, 13), X = rnd(kStreams * kEmbd, 14),
+                       w = rnd(kStreams * kEmbd, 15), mt = rnd(24, 16), sc = rnd(3, 17),
+                       base = rnd(24, 18);
+    DeviceBuffer scores(size_t(640) * kHeads * 4), o(size_t(kHeads) * kDim * 4),
+        y(size_t(kStreams) * kEmbd * 4), mix(24 * 4), x(size_t(kEmbd) * 4);
+    for (const int64_t n : {int64_t(144), int64_t(192), int64_t(640)}) {
+        row(fmt::format("attention scores, {} rows", n), [&] {
+            ds4::cuda::attention_scores(q.as<float>(), rows.as<float>(), n, kHeads, kDim,
+                                        scores.as<float>(), s);
+        });
+        row(fmt::format("attention mix, {} rows", n), [&] {
+            ds4::cuda::attention_mix(scores.as<float>(), rows.as<float>(), n, sinks.as<float>(),
+                                     0.04f, kHeads, kDim, o.as<float>(), s);
+        });
+    }
+    row("hc_mix_combine, 4 streams of 4096", [&] {
+        float *m = mix.as<float>();
+        ds4::cuda::hc_mix_combine(mt.as<float>(), sc.as<float>(), base.as<float>(), kStreams, 20,
+                                  1e-6f, m, m + kStreams, m + 2 * kStreams, X.as<float>(), kEmbd,
+                                  x.as<float>(), s);
+    });
+    row("rms_norm, 16384", [&] {
+        ds4::cuda::rms_norm(X.as<float>(), nullptr, y.as<float>(), 1, kStreams * kEmbd, 1e-6f, s);
+    });
+    row("rms_norm, 4096", [&] {
+        ds4::cuda::rms_norm(X.as<float>(), w.as<float>(), y.as<float>(), 1, kEmbd, 1e-6f, s);
+    });
+}
+
 int run(int reps) {
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -231,6 +287,7 @@ int run(int reps) {
         [&](const auto &w, const int32_t *ids, int n, const auto &act, float *y) {
             ds4::cuda::matvec_q4_K(w.experts(), ids, n, act, y, s);
         });
+    bench_small_ops(s, reps);
     DS4_CUDA_CHECK(cudaGraphExecDestroy(ce_graph));
     DS4_CUDA_CHECK(cudaGraphExecDestroy(sm_graph));
     DS4_CUDA_CHECK(cudaStreamDestroy(s));
@@ -247,7 +304,8 @@ int main(int argc, char **argv) {
         } else if (std::strcmp(argv[i], "--help") == 0) {
             std::puts(
                 "usage: bench_cuda_matvec [--reps N]\n"
-                "Bandwidth of the CUDA Q8_0 matvec per model shape next to a device copy.\n"
+                "Bandwidth of the CUDA decode matvecs per model shape next to a device copy,\n"
+                "then the latency of a decode step's small operations.\n"
                 "exit codes: 0 ok, 1 no device or CUDA error, 2 bad usage");
             return 0;
         } else {

@@ -4,13 +4,16 @@
 // needs a careful range reduction.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/qat_sim.h"
 #include "backend/cpu/rope.h"
 #include "backend/cpu/vector_ops.h"
+#include "backend/cuda/q8_0_matvec.h"
 #include "backend/cuda/vector_ops.h"
 #include "cuda_test_util.h"
 
@@ -51,6 +54,55 @@ TEST(CudaVectorOps, RmsNormWithinOneUlp) {
                 ASSERT_LE(ulps(same[i], want[i]), 1.0) << "in place " << i;
         }
     }
+}
+
+// The fused norm + Q8_0 quantization against the two kernels it replaces: the same bits in y,
+// the codes and the block scales. Rows of 32 values (a warp handles 4 blocks: partial warps),
+// 96, whole slices and several slices a row; two rows; zero rows (scale 0) and outliers.
+TEST(CudaVectorOps, RmsNormQ8_0EqualsNormThenQuantize) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    for (const int64_t n :
+         {int64_t(16384), int64_t(4096), int64_t(1024), int64_t(96), int64_t(32)}) {
+        for (const int64_t rows : {int64_t(1), int64_t(2)}) {
+            auto x = random_floats(size_t(rows * n), 70 + n, 5.0f);
+            const auto w = random_floats(size_t(n), 71 + n, 1.0f);
+            x[0] = 3e4f;                                                   // an outlier block
+            if (n >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // amax 0: scale 0
+            const DeviceBuffer dx = to_device(x), dw = to_device(w);
+            const size_t total = size_t(rows * n);
+            auto run = [&](bool fused) {
+                DeviceBuffer y = to_device(std::vector<float>(total, NAN)),
+                             xq = to_device(std::vector<int8_t>(total, int8_t(0x5a))),
+                             xd = to_device(std::vector<float>(total / 32, NAN));
+                if (fused) {
+                    EXPECT_TRUE(rms_norm_q8_0(dx.as<float>(), dw.as<float>(), y.as<float>(), rows,
+                                              n, 1e-6f, xq.as<int8_t>(), xd.as<float>(), nullptr));
+                } else {
+                    rms_norm(dx.as<float>(), dw.as<float>(), y.as<float>(), rows, n, 1e-6f,
+                             nullptr);
+                    quantize_q8_0_activation(y.as<float>(), rows * n, xq.as<int8_t>(),
+                                             xd.as<float>(), nullptr);
+                }
+                DS4_CUDA_CHECK(cudaDeviceSynchronize());
+                return std::make_tuple(to_host<float>(y, total), to_host<int8_t>(xq, total),
+                                       to_host<float>(xd, total / 32));
+            };
+            const auto [wy, wq, wd] = run(false);
+            const auto [gy, gq, gd] = run(true);
+            for (float v : gy) ASSERT_FALSE(std::isnan(v)) << "unwritten output, n " << n;
+            for (float v : gd) ASSERT_FALSE(std::isnan(v)) << "unwritten scale, n " << n;
+            ASSERT_EQ(std::memcmp(gy.data(), wy.data(), total * 4), 0) << "y, n " << n;
+            ASSERT_EQ(std::memcmp(gq.data(), wq.data(), total), 0) << "codes, n " << n;
+            ASSERT_EQ(std::memcmp(gd.data(), wd.data(), total / 32 * 4), 0) << "scales, n " << n;
+        }
+    }
+    // Refused (the caller then runs the two kernels): in place over several slices, and rows
+    // that are not whole Q8_0 blocks.
+    DeviceBuffer v = to_device(random_floats(4096, 5, 1.0f)), out(4096 * 4), xq(4096), xd(512);
+    EXPECT_FALSE(rms_norm_q8_0(v.as<float>(), nullptr, v.as<float>(), 1, 4096, 1e-6f,
+                               xq.as<int8_t>(), xd.as<float>(), nullptr));
+    EXPECT_FALSE(rms_norm_q8_0(v.as<float>(), nullptr, out.as<float>(), 1, 48, 1e-6f,
+                               xq.as<int8_t>(), xd.as<float>(), nullptr));
 }
 
 TEST(CudaVectorOps, RopeTailWithinOneUlp) {

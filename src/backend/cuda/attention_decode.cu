@@ -9,48 +9,43 @@
 namespace ds4::cuda {
 namespace {
 
-constexpr int kHeadsPerBlock = 8, kRowsPerBlock = 16, kThreads = 256;
-constexpr int kMaxDimsPerLane = 16;  // head size up to 512
+constexpr int kHeadsPerBlock = 8, kRowsPerBlock = 8, kThreads = 256;
+constexpr int kMaxDim = 512, kMaxDimsPerLane = kMaxDim / 32;
 
-// A block scores 8 heads (warp w: head h0 + w) against 16 rows. Lane l holds the head's dims
-// l, l + 32, ... in registers and reads the same dims of each row from global memory, four rows'
-// loads issued before their products; each row's double partial sums are added by a fixed
-// butterfly (the order of the CPU twin's test: the same bits on every run).
+// A block scores 8 heads (warp w: head h0 + w) against 8 rows. The rows are staged in shared
+// memory as doubles, each value converted once per block (f32 -> f64 conversions run at a
+// quarter of the double rate: converting per head was the kernel's cost); lane l holds its
+// head's dims l, l + 32, ... as doubles in registers. Each row's exact products are summed by
+// the lane in dim order, then by a fixed butterfly: the same bits on every run.
 __global__ void __launch_bounds__(kThreads)
     scores_kernel(const float *__restrict__ q, const float *__restrict__ rows, int64_t n_rows,
                   int64_t n_heads, int64_t d, float *__restrict__ scores,
                   const int64_t *__restrict__ n_rows_dev) {
     dev::wait_for_previous_kernels();
+    __shared__ double tile[kRowsPerBlock][kMaxDim];
     if (n_rows_dev) n_rows = *n_rows_dev;
     const int64_t j0 = int64_t(blockIdx.x) * kRowsPerBlock;
     if (j0 >= n_rows) return;  // beyond the rows in use (the grid is sized for the most)
+    const int n = int(min(int64_t(kRowsPerBlock), n_rows - j0)), dd = int(d);
+    for (int r = 0; r < n; ++r)
+        for (int c = threadIdx.x; c < dd; c += kThreads)
+            tile[r][c] = double(__ldg(rows + (j0 + r) * d + c));
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t h = int64_t(blockIdx.y) * kHeadsPerBlock + warp;
+    const int nd = dd / 32;
+    double qv[kMaxDimsPerLane];
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i)
+        qv[i] = i < nd && h < n_heads ? double(q[h * d + lane + 32 * i]) : 0.0;
+    __syncthreads();
     if (h >= n_heads) return;
-    const int nd = int(d / 32);
-    float qv[kMaxDimsPerLane];
+    for (int r = 0; r < n; ++r) {
+        double acc = 0.0;
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) qv[i] = i < nd ? q[h * d + lane + 32 * i] : 0.0f;
-    const int n = int(min(int64_t(kRowsPerBlock), n_rows - j0));
-    constexpr int kAhead = 4;
-    for (int r0 = 0; r0 < n; r0 += kAhead) {
-        float rv[kAhead][kMaxDimsPerLane];
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u) {
-            const float *row = rows + (j0 + min(r0 + u, n - 1)) * d + lane;
-#pragma unroll
-            for (int i = 0; i < kMaxDimsPerLane; ++i)
-                rv[u][i] = i < nd ? __ldg(row + 32 * i) : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u) {
-            double acc = 0.0;
-#pragma unroll
-            for (int i = 0; i < kMaxDimsPerLane; ++i)
-                if (i < nd) acc += double(qv[i]) * double(rv[u][i]);  // exact products
-            for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-            if (lane == 0 && r0 + u < n) scores[h * n_rows + j0 + r0 + u] = static_cast<float>(acc);
-        }
+        for (int i = 0; i < kMaxDimsPerLane; ++i)
+            if (i < nd) acc += qv[i] * tile[r][lane + 32 * i];  // exact products
+        for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) scores[h * n_rows + j0 + r] = static_cast<float>(acc);
     }
 }
 

@@ -6,7 +6,7 @@
 // each expert's own SwiGLU output), rows of k values.
 //
 // A block of 256 threads computes R rows of one expert per warp, looping over row groups (a
-// grid of ~4 blocks per multiprocessor, so that per-block set-up such as lookup tables is paid
+// grid of ~3 blocks per multiprocessor, so that per-block set-up such as lookup tables is paid
 // a few hundred times per launch, not once per 8 R rows). The weights of a super-block
 // (256 values) are kPieces pieces of 16 bytes (4 for IQ2_XXS and Q2_K, 8 for Q4_K; consecutive
 // lanes); each lane computes the integer sums of its piece exactly, the lanes of a super-block
@@ -39,9 +39,10 @@ namespace ds4::cuda::expert_matvec {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32, kQK = 256, kPieceBytes = 16;
 
-// At most 64 registers a thread, so that 4 blocks fit on a multiprocessor (kTargetBlocks).
+// At most 80 registers a thread, so that 3 blocks fit on a multiprocessor (kTargetBlocks; the
+// IQ2_XXS tables allow 3).
 template <class Format, int R>
-__global__ void __launch_bounds__(kThreads, 4)
+__global__ void __launch_bounds__(kThreads, 3)
     kernel(const uint8_t *__restrict__ wq, const uint8_t *__restrict__ wscales, int64_t n_rows,
            int64_t k, const int32_t *__restrict__ ids, bool x_per_slot,
            const int8_t *__restrict__ xq, const float *__restrict__ xd,
@@ -149,14 +150,14 @@ void launch_rows(dim3 grid, size_t smem, const uint8_t *wq, const uint8_t *wscal
                   x_per_slot, xq, xd, xbsums, y);
 }
 
-// Up to four rows per warp while there are ~4 row groups per multiprocessor of an H200 (132);
+// Up to four rows per warp while there are ~3 row groups per multiprocessor of an H200 (132);
 // at most that many blocks, each looping over row groups. Dynamic shared memory: the format's
 // tables and the k int8 activations.
 template <class Format>
 void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k,
             const int32_t *ids, int n_ids, bool x_per_slot, const int8_t *xq, const float *xd,
             const int16_t *xbsums, float *y, cudaStream_t stream) {
-    constexpr int64_t kTargetBlocks = 4 * 132;
+    constexpr int64_t kTargetBlocks = 3 * 132;
     const int64_t warp_rows = (n_rows + kWarps - 1) / kWarps * n_ids;
     const int r = warp_rows >= 4 * kTargetBlocks ? 4 : warp_rows >= 2 * kTargetBlocks ? 2 : 1;
     const int64_t groups = (n_rows + kWarps * r - 1) / (kWarps * r);

@@ -22,11 +22,12 @@ constexpr int kGroupBytes = 64;  // per super-block: 8 groups of 8 bytes
 //   g_grid_sel[e]: grid point e as two byte-permute selectors. Every grid magnitude is 8, 25 or
 //     43 (codes 0, 1, 2); nibble j of the low (high) half is the code of value j (j + 4), so
 //     __byte_perm(0x002b1908, 0, half) gives the four magnitude bytes.
+//   g_sign_masks[i]: for the 7 stored sign bits i (the 8th makes the parity even, kIq2Signs), a
+//     mask with byte j = 0xff where value j is negative.
 // In shared memory each entry is repeated once per lane ([entry][lane]), so that the 32 lanes'
 // lookups of a warp fall in 32 different banks whatever the entries: no bank conflicts.
-// The signs need no table: kIq2Signs[i] is i with bit 7 set when i has an odd number of bits
-// (the 8 signs of a group have even parity), checked against the CPU's table at upload.
 __device__ uint32_t g_grid_sel[256];
+__device__ uint64_t g_sign_masks[128];
 constexpr uint32_t kMagnitudes = 0x002b1908u;  // bytes 8, 25, 43
 
 void upload_tables_once() {
@@ -42,20 +43,18 @@ void upload_tables_once() {
                 sel[e] |= code << (j < 4 ? 4 * j : 16 + 4 * (j - 4));
             }
         }
-        for (unsigned i = 0; i < 128; ++i)
-            if (quant::kIq2Signs[i] != (i | (unsigned(__builtin_popcount(i) & 1) << 7)))
-                throw ds4::Error("IQ2_XXS sign table is not the even-parity completion");
+        uint64_t masks[128];
+        for (int i = 0; i < 128; ++i) {
+            masks[i] = 0;
+            for (int j = 0; j < 8; ++j)
+                if ((quant::kIq2Signs[i] >> j) & 1) masks[i] |= uint64_t(0xff) << (8 * j);
+        }
         DS4_CUDA_CHECK(cudaMemcpyToSymbol(g_grid_sel, sel, sizeof(sel)));
+        DS4_CUDA_CHECK(cudaMemcpyToSymbol(g_sign_masks, masks, sizeof(masks)));
     });
 }
 
-constexpr int kGridTableBytes = 256 * 32 * 4;
-
-// Byte j of the result is 0xff where bit j of the 4 bits b is set: the multiply puts bit j at
-// bit 8 j (its copies at j + 7 m for m = 0..3 never overlap, so nothing carries).
-__device__ __forceinline__ uint32_t byte_mask(uint32_t b) {
-    return ((b * 0x00204081u) & 0x01010101u) * 0xffu;
-}
+constexpr int kGridTableBytes = 256 * 32 * 4, kSignTableBytes = 128 * 32 * 8;
 
 // Grid magnitudes (4 bytes) with the masked bytes negated: b -> (b ^ 0xff) + 1 = -b. Magnitudes
 // are 8..43, so the +1 never carries into the next byte.
@@ -65,18 +64,16 @@ __device__ __forceinline__ int apply_signs(uint32_t mag, uint32_t mask) {
 
 // sum over the 32 values of one group of (+-grid) * q, times (2 ls + 1): the CPU's group_sum
 // times its scale factor, exactly (int32).
-__device__ __forceinline__ int group_dot(const uint32_t *grid_sel, int lane, uint32_t indices,
-                                         uint32_t signs_scale, const int *q) {
+__device__ __forceinline__ int group_dot(const uint32_t *grid_sel, const uint2 *sign_masks,
+                                         int lane, uint32_t indices, uint32_t signs_scale,
+                                         const int *q) {
     int sum = 0;
 #pragma unroll
     for (int l = 0; l < 4; ++l) {
         const uint32_t sel = grid_sel[((indices >> (8 * l)) & 0xffu) * 32 + lane];
-        const uint32_t s7 = (signs_scale >> (7 * l)) & 127u;
-        const uint32_t s8 = s7 | ((__popc(s7) & 1u) << 7);
-        sum = __dp4a(apply_signs(__byte_perm(kMagnitudes, 0, sel), byte_mask(s8 & 15u)), q[2 * l],
-                     sum);
-        sum = __dp4a(apply_signs(__byte_perm(kMagnitudes, 0, sel >> 16), byte_mask(s8 >> 4)),
-                     q[2 * l + 1], sum);
+        const uint2 m = sign_masks[((signs_scale >> (7 * l)) & 127u) * 32 + lane];
+        sum = __dp4a(apply_signs(__byte_perm(kMagnitudes, 0, sel), m.x), q[2 * l], sum);
+        sum = __dp4a(apply_signs(__byte_perm(kMagnitudes, 0, sel >> 16), m.y), q[2 * l + 1], sum);
     }
     return sum * int(2 * (signs_scale >> 28) + 1);
 }
@@ -85,12 +82,18 @@ __device__ __forceinline__ int group_dot(const uint32_t *grid_sel, int lane, uin
 // integer sum of both groups; the term is (f16(d) * dx) * float(block sum), the row's sum then
 // times 1/8 (the grid's scale), as in the CPU's vec_dot_iq2_xxs_q8_K.
 struct Iq2xxsFormat {
-    static constexpr int kTableBytes = kGridTableBytes;
+    static constexpr int kTableBytes = kGridTableBytes + kSignTableBytes;
     __device__ static void load_tables(uint8_t *t) {
         auto *grid = reinterpret_cast<uint4 *>(t);
         for (int i = threadIdx.x; i < kGridTableBytes / 16; i += expert_matvec::kThreads) {
             const uint32_t v = g_grid_sel[i / 8];  // 8 uint4 (32 lanes) per entry
             grid[i] = make_uint4(v, v, v, v);
+        }
+        auto *signs = reinterpret_cast<uint4 *>(t + kGridTableBytes);
+        for (int i = threadIdx.x; i < kSignTableBytes / 16; i += expert_matvec::kThreads) {
+            const uint64_t m = g_sign_masks[i / 16];  // 16 uint4 (32 lanes x 8 bytes) per entry
+            const uint32_t lo = uint32_t(m), hi = uint32_t(m >> 32);
+            signs[i] = make_uint4(lo, hi, lo, hi);
         }
     }
     struct Scales {
@@ -122,7 +125,9 @@ struct Iq2xxsFormat {
     __device__ static Sums dot(uint4 g, const XPiece &x, const uint8_t *t, int lane,
                                const Scales &) {
         const auto *grid = reinterpret_cast<const uint32_t *>(t);
-        return {group_dot(grid, lane, g.x, g.y, x.q) + group_dot(grid, lane, g.z, g.w, x.q + 8)};
+        const auto *signs = reinterpret_cast<const uint2 *>(t + kGridTableBytes);
+        return {group_dot(grid, signs, lane, g.x, g.y, x.q) +
+                group_dot(grid, signs, lane, g.z, g.w, x.q + 8)};
     }
     __device__ static Sums add(Sums a, Sums b) {
         return {a.s + b.s};

@@ -6,6 +6,7 @@
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/q8_0_matvec.h"
+#include "backend/cuda/row_device.cuh"
 #include "common/error.h"
 #include "quant/blocks.h"
 
@@ -29,14 +30,7 @@ __global__ void quantize_q8_0_activation_kernel(const float *__restrict__ x, int
     for (int off = kWarp / 2; off > 0; off /= 2)
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     const float d = amax / 127.0f;
-    int q = 0;
-    if (d != 0.0f) {
-        const float r = v / d;  // IEEE division (no fast-math), as on the CPU
-        // x86's cvtps2dq gives INT_MIN for NaN and out-of-range values; clamped that is -128.
-        q = isnan(r) || fabsf(r) >= 2147483648.0f ? -128 : __float2int_rn(r);
-        q = max(-128, min(127, q));
-    }
-    xq[b * kBlock + lane] = static_cast<int8_t>(q);
+    xq[b * kBlock + lane] = static_cast<int8_t>(dev::q8_0_code(v, d));
     if (lane == 0) xd[b] = __half2float(__float2half_rn(d));
 }
 

@@ -44,6 +44,16 @@ __device__ __forceinline__ float f16_bits_to_f32(uint32_t h) {
     return __uint_as_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
+// quant/q8_0.cpp's code of one activation value v in a block of scale d = amax / 127 (IEEE
+// division, no fast-math): x86's cvtps2dq gives INT_MIN for NaN and out-of-range quotients,
+// which the clamp makes -128.
+__device__ __forceinline__ int q8_0_code(float v, float d) {
+    if (d == 0.0f) return 0;
+    const float r = v / d;
+    const int q = isnan(r) || fabsf(r) >= 2147483648.0f ? -128 : __float2int_rn(r);
+    return max(-128, min(127, q));
+}
+
 // f32 exp: the double exp rounded to f32, correctly rounded but for double-rounding cases (the
 // CPU calls f32 libm: the twins' tests allow an ulp).
 __device__ __forceinline__ float exp_f(float x) {

@@ -1,3 +1,5 @@
+#include <cuda_fp16.h>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/row_device.cuh"
@@ -27,16 +29,19 @@ __global__ void __launch_bounds__(kThreads)
 // Rows of a multiple of 4 values: grid (slices, rows). Every block of a row computes the row's
 // whole double sum of squares (float4 loads, all a thread's in flight, the same order in each
 // block: the same scale), then writes its slice of kSlice values. A row's latency is then one
-// read of it, not a read and a write by one block.
+// read of it, not a read and a write by one block. With xq (rows of a multiple of 32 values),
+// the slice is also quantized to Q8_0 as quantize_q8_0_activation would quantize y: the 8 lanes
+// of a block of 32 values take its amax by shuffles, each codes its 4 values.
 constexpr int64_t kSlice = 1024;
 __global__ void __launch_bounds__(kThreads)
     rms_norm_wide_kernel(const float *__restrict__ x, const float *__restrict__ w,
-                         float *__restrict__ y, int64_t n, float eps) {
+                         float *__restrict__ y, int64_t n, float eps, int8_t *__restrict__ xq,
+                         float *__restrict__ xd) {
     dev::wait_for_previous_kernels();
     __shared__ double part[kThreads / 32];
     __shared__ float s_scale;
-    const int64_t n4 = n / 4;
-    const float4 *x4 = reinterpret_cast<const float4 *>(x + int64_t(blockIdx.y) * n);
+    const int64_t n4 = n / 4, row = blockIdx.y;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x + row * n);
     double ss = 0.0;
 #pragma unroll 8
     for (int64_t i = threadIdx.x; i < n4; i += kThreads) {
@@ -54,19 +59,37 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     const float scale = s_scale;
-    float4 *y4 = reinterpret_cast<float4 *>(y + int64_t(blockIdx.y) * n);
+    float4 *y4 = reinterpret_cast<float4 *>(y + row * n);
     const float4 *w4 = reinterpret_cast<const float4 *>(w);
-    const int64_t end = min(n4, (int64_t(blockIdx.x) + 1) * (kSlice / 4));
-    for (int64_t i = int64_t(blockIdx.x) * (kSlice / 4) + threadIdx.x; i < end; i += kThreads) {
-        const float4 v = x4[i];
-        float4 r = make_float4(__fmul_rn(v.x, scale), __fmul_rn(v.y, scale), __fmul_rn(v.z, scale),
-                               __fmul_rn(v.w, scale));
-        if (w) {
-            const float4 g = w4[i];
-            r = make_float4(__fmul_rn(r.x, g.x), __fmul_rn(r.y, g.y), __fmul_rn(r.z, g.z),
-                            __fmul_rn(r.w, g.w));
+    const int64_t begin = int64_t(blockIdx.x) * (kSlice / 4), end = min(n4, begin + kSlice / 4);
+    // Whole warps run every pass (the shuffles of a block of 32 need its 8 lanes).
+    for (int64_t i0 = begin; i0 < end; i0 += kThreads) {
+        const int64_t i = i0 + threadIdx.x;
+        const bool in = i < end;
+        float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (in) {
+            const float4 v = x4[i];
+            r = make_float4(__fmul_rn(v.x, scale), __fmul_rn(v.y, scale), __fmul_rn(v.z, scale),
+                            __fmul_rn(v.w, scale));
+            if (w) {
+                const float4 g = w4[i];
+                r = make_float4(__fmul_rn(r.x, g.x), __fmul_rn(r.y, g.y), __fmul_rn(r.z, g.z),
+                                __fmul_rn(r.w, g.w));
+            }
+            y4[i] = r;
         }
-        y4[i] = r;
+        if (!xq) continue;
+        // fmaxf ignores a NaN operand, as the CPU's std::fmax does.
+        float amax = fmaxf(fmaxf(fabsf(r.x), fabsf(r.y)), fmaxf(fabsf(r.z), fabsf(r.w)));
+        for (int o = 1; o < 8; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        if (!in) continue;
+        const float d = amax / 127.0f;
+        const uint32_t codes = uint32_t(uint8_t(dev::q8_0_code(r.x, d))) |
+                               uint32_t(uint8_t(dev::q8_0_code(r.y, d))) << 8 |
+                               uint32_t(uint8_t(dev::q8_0_code(r.z, d))) << 16 |
+                               uint32_t(uint8_t(dev::q8_0_code(r.w, d))) << 24;
+        reinterpret_cast<uint32_t *>(xq + row * n)[i] = codes;
+        if (threadIdx.x % 8 == 0) xd[(row * n) / 32 + i / 8] = __half2float(__float2half_rn(d));
     }
 }
 
@@ -101,20 +124,43 @@ __global__ void indexer_qat_kernel(float *x, int64_t n) {
 
 }  // namespace
 
+namespace {
+
+bool aligned16(const void *p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Whether the wide kernel may run: float4 rows, and in place only where one block owns a row
+// (a block must not write values another block of the row still reads).
+bool wide_rows(const float *x, const float *w, const float *y, int64_t n_rows, int64_t n) {
+    const bool apart = y + n_rows * n <= x || x + n_rows * n <= y;
+    return n % 4 == 0 && n_rows <= 65535 && aligned16(x) && aligned16(y) && (!w || aligned16(w)) &&
+           (n <= kSlice || apart);
+}
+
+}  // namespace
+
 void rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps,
               cudaStream_t stream) {
     if (n_rows == 0) return;
-    const auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    // In place, a block must not write values another block of the row still reads.
-    const bool apart = y + n_rows * n <= x || x + n_rows * n <= y;
-    if (n % 4 == 0 && n_rows <= 65535 && aligned(x) && aligned(y) && (!w || aligned(w)) &&
-        (n <= kSlice || apart)) {
+    if (wide_rows(x, w, y, n_rows, n)) {
         const dim3 grid(unsigned((n + kSlice - 1) / kSlice), unsigned(n_rows));
-        launch_kernel(rms_norm_wide_kernel, grid, kThreads, 0, stream, x, w, y, n, eps);
+        launch_kernel(rms_norm_wide_kernel, grid, kThreads, 0, stream, x, w, y, n, eps, nullptr,
+                      nullptr);
     } else {
         launch_kernel(rms_norm_kernel, unsigned(n_rows), kThreads, 0, stream, x, w, y, n, eps);
     }
     DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+bool rms_norm_q8_0(const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps,
+                   int8_t *xq, float *xd, cudaStream_t stream) {
+    if (n_rows == 0 || n % 32 != 0 || !wide_rows(x, w, y, n_rows, n) || !aligned16(xq))
+        return false;
+    const dim3 grid(unsigned((n + kSlice - 1) / kSlice), unsigned(n_rows));
+    launch_kernel(rms_norm_wide_kernel, grid, kThreads, 0, stream, x, w, y, n, eps, xq, xd);
+    DS4_CUDA_CHECK(cudaGetLastError());
+    return true;
 }
 
 void rope_tail(float *heads, int64_t n_heads, int64_t head_dim, const double *freqs, int64_t n_freq,

@@ -19,6 +19,13 @@ namespace ds4::cuda {
 void rms_norm(const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps,
               cudaStream_t stream);
 
+// rms_norm, and y quantized to Q8_0 in the same launch: xq [n_rows n], xd [n_rows n / 32] get
+// the bits quantize_q8_0_activation (q8_0_matvec.h) would give y. False, and nothing launched,
+// where the rows do not allow it (n not a multiple of 32, unaligned, or in place over several
+// blocks): then call rms_norm and quantize.
+bool rms_norm_q8_0(const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps,
+                   int8_t *xq, float *xd, cudaStream_t stream);
+
 // n_heads heads of head_dim values back to back; the last 2 n_freq values of each are rotated
 // at position *pos (device) with frequencies freqs[n_freq] (device, double).
 void rope_tail(float *heads, int64_t n_heads, int64_t head_dim, const double *freqs, int64_t n_freq,

@@ -23,7 +23,8 @@
 namespace ds4::runtime::cuda_backend {
 namespace {
 
-constexpr size_t kAlign = 64;  // floats: every buffer starts 256-byte aligned
+constexpr size_t kAlign = 64;      // floats: every buffer starts 256-byte aligned
+constexpr uint64_t kLinearOp = 2;  // linear's id in the step hash (replaying)
 
 size_t align_up(size_t n) {
     return (n + kAlign - 1) / kAlign * kAlign;
@@ -191,6 +192,7 @@ CudaOps::~CudaOps() {
 
 void CudaOps::begin_batch(std::span<const int32_t> tokens) {
     graph_.abort(s_);  // a capture an exception left open
+    quantized_q8_0_ = {};
     if (tokens.size() > max_batch_)
         throw Error(fmt::format("CUDA backend: a batch of {} tokens exceeds the session's {}",
                                 tokens.size(), max_batch_));
@@ -243,6 +245,7 @@ bool CudaOps::replaying(uint64_t op, std::initializer_list<uint64_t> args) {
     };
     mix(op);
     for (uint64_t a : args) mix(a);
+    if (op != kLinearOp) quantized_q8_0_ = {};
     return replay_;
 }
 
@@ -292,10 +295,12 @@ cuda::Q8_KActivation CudaOps::quantize_q8_k(const float *x, int64_t n) {
 }
 
 void CudaOps::quantize_q8_0(const float *x, int64_t n) {
+    if (quantized_q8_0_.x == x && quantized_q8_0_.n == n) return;
     if (size_t(n) > xq_.bytes())
         throw Error(
             fmt::format("CUDA backend: {} activations exceed the scratch of {}", n, xq_.bytes()));
     cuda::quantize_q8_0_activation(x, n, xq_.as<int8_t>(), xd_.as<float>(), s_);
+    quantized_q8_0_ = {x, n};
 }
 
 void CudaOps::quantize_q8_0_batch(const float *X, int64_t m, int64_t width) {
@@ -353,8 +358,8 @@ void CudaOps::embed(float *X) {
 }
 
 void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
-    if (replaying(2, {reinterpret_cast<uintptr_t>(w), reinterpret_cast<uintptr_t>(X),
-                      reinterpret_cast<uintptr_t>(Y), uint64_t(m)}))
+    if (replaying(kLinearOp, {reinterpret_cast<uintptr_t>(w), reinterpret_cast<uintptr_t>(X),
+                              reinterpret_cast<uintptr_t>(Y), uint64_t(m)}))
         return;
     const DeviceMatrix &d = m_.matrix(w);
     const ProfileScope scope = weight_scope("linear", w, double(m));
@@ -368,6 +373,9 @@ void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
         return;
     }
     for (int64_t t = 0; t < m; ++t) matvec(d, X + t * d.k, Y + t * d.n_rows);
+    // The output may overwrite the input whose quantization the scratch holds.
+    const float *q = quantized_q8_0_.x;
+    if (q && Y < q + quantized_q8_0_.n && q < Y + m * d.n_rows) quantized_q8_0_ = {};
 }
 
 void CudaOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, float *Y, int64_t m) {
@@ -418,6 +426,13 @@ void CudaOps::rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int
                       reinterpret_cast<uintptr_t>(y), uint64_t(m), uint64_t(n)}))
         return;
     const ProfileScope scope(profile_, s_, "rms_norm");
+    // One token's norm quantizes its output too: the next operations are its Q8_0 products.
+    if (m == 1 && size_t(n) <= xq_.bytes() &&
+        cuda::rms_norm_q8_0(x, m_.vec(w), y, 1, n, hp_.rms_eps, xq_.as<int8_t>(), xd_.as<float>(),
+                            s_)) {
+        quantized_q8_0_ = {y, n};
+        return;
+    }
     cuda::rms_norm(x, m_.vec(w), y, m, n, hp_.rms_eps, s_);
 }
 

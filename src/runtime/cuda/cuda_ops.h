@@ -119,6 +119,7 @@ class CudaOps final : public Ops {
                         bool x_per_slot, float *y, bool x_quantized = false);
     // Quantizes n values of x (several rows back to back: their blocks are the rows' blocks).
     cuda::Q8_KActivation quantize_q8_k(const float *x, int64_t n);
+    // Skipped where the scratch already holds x's n values (quantized_q8_0_ says whose).
     void quantize_q8_0(const float *x, int64_t n);
     // A batch's m rows of `width` values, into the batch scratch (rows of whole Q8_0 blocks).
     void quantize_q8_0_batch(const float *X, int64_t m, int64_t width);
@@ -136,6 +137,14 @@ class CudaOps final : public Ops {
     const ForwardOptions opts_;
     cudaStream_t s_ = nullptr;
     int64_t n_past_ = 0, batch_ = 0;
+    // Whose values the one-token Q8_0 scratch (xq_, xd_) holds: set by the quantization (or by
+    // rms_norm, which quantizes its output in the same launch), kept across consecutive linear
+    // operations on that input (attention q_a and kv, the shared expert's gate and up), and
+    // cleared by every other operation, which may write any buffer.
+    struct QuantizedInput {
+        const float *x = nullptr;
+        int64_t n = 0;
+    } quantized_q8_0_;
     std::vector<LayerKv> kv_;
 
     cuda::DeviceBuffer arena_;  // the batch's buffers, bump-allocated (floats)
