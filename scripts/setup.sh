@@ -10,6 +10,7 @@ apt_packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libpcre2-dev libutf8proc-dev libssl-dev liburing-dev libedit-dev libcpp-httplib-dev
   python3 python3-pip python3-venv
+  chromium chromium-driver            # the chat page test (tests/server/test_chat_page.py)
 )
 
 missing=()

@@ -2,8 +2,8 @@
 # The full test run (what CI runs after scripts/setup.sh):
 #   1. release build, every CTest test, the Python oracle tests (gguf-py, HF tokenizers, llama.cpp, ...)
 #   2. ASan + UBSan build, the unit tests (label "unit"), the hostile-argument CLI test
-#   3. the GGUF parser fuzzer and the server request fuzzer for DS4_FUZZ_SECONDS each (default
-#      60) from the committed seed corpora
+#   3. the GGUF parser fuzzer, the server request fuzzer and the KV checkpoint fuzzer for
+#      DS4_FUZZ_SECONDS each (default 60) from the committed seed corpora
 # A test that skips for a reason not allowed by tests/skip_allowlist.txt fails the run (pytest: the
 # plugin tests/skip_allowlist.py; CTest: its JUnit file, checked by the same script). Every stage's
 # time and counts are printed at the end (docs/TESTING.md).
@@ -98,5 +98,13 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
         -timeout=10 -print_final_stats=1 "$work/fuzz-server" tests/fuzz/corpus/server 2>&1 \
         | tee "$work/fuzz-server.log" | tail -n 12
     end "$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1 inputs run/p' "$work/fuzz-server.log")"
+
+    begin "KV checkpoint fuzzer (${FUZZ_SECONDS}s)"
+    cmake --build build-fuzz -j"$JOBS" --target fuzz_kv_checkpoint
+    mkdir -p "$work/fuzz-kv"
+    build-fuzz/bin/fuzz_kv_checkpoint -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 \
+        -timeout=10 -print_final_stats=1 "$work/fuzz-kv" tests/fuzz/corpus/kv 2>&1 \
+        | tee "$work/fuzz-kv.log" | tail -n 12
+    end "$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1 inputs run/p' "$work/fuzz-kv.log")"
 fi
 printf '\n== all tests passed\n'

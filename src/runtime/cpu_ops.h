@@ -49,6 +49,8 @@ class CpuOps final : public Ops {
     std::shared_ptr<const BackendState> save() const override;
     void restore(const BackendState &state) override;
     size_t kv_bytes() const override { return cache_.bytes(); }
+    void write_state(std::ostream &out) const override;
+    void read_state(std::istream &in, int64_t n_past) override;
 
   private:
     ForwardContext ctx_;

@@ -1,11 +1,13 @@
 #include "runtime/kv_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "common/error.h"
 #include "quant/kernels_ref.h"
+#include "runtime/state_io.h"
 
 namespace ds4::runtime {
 
@@ -41,6 +43,29 @@ void RowStore::get(size_t i, float *out) const {
     } else {
         std::memcpy(out, f_.data() + i * width_, width_ * sizeof(float));
     }
+}
+
+void RowStore::write_rows(std::ostream &out) const {
+    const size_t n = n_rows_ * width_;
+    if (f16_)
+        state_io::put_bytes(out, h_.data(), n * sizeof(uint16_t));
+    else
+        state_io::put_bytes(out, f_.data(), n * sizeof(float));
+}
+
+void RowStore::read_rows(std::istream &in, size_t n) {
+    if (n > capacity_)
+        throw Error("session state: " + std::to_string(n) + " rows for a store of " +
+                    std::to_string(capacity_));
+    const size_t used = n * width_;
+    if (f16_) {
+        state_io::get_bytes(in, h_.data(), used * sizeof(uint16_t), "f16 rows");
+        std::fill(h_.begin() + used, h_.end(), uint16_t(0));
+    } else {
+        state_io::get_bytes(in, f_.data(), used * sizeof(float), "f32 rows");
+        std::fill(f_.begin() + used, f_.end(), 0.0f);
+    }
+    n_rows_ = n;
 }
 
 void CompressorState::init(uint32_t n_rows, uint32_t n_width) {

@@ -4,6 +4,7 @@
 // f16 (the reference engines round cached rows to f16 anyway) or, for exact comparisons with
 // an f32 reference, as f32.
 #include <cstdint>
+#include <iosfwd>
 #include <vector>
 
 #include "model/hparams.h"
@@ -23,6 +24,14 @@ class RowStore {
     void set(size_t i, const float *row);  // i < capacity; grows size to i + 1
     void get(size_t i, float *out) const;
     size_t bytes() const { return capacity_ * width_ * (f16_ ? 2 : 4); }
+    bool f16() const { return f16_; }
+    size_t row_bytes() const { return size_t(width_) * (f16_ ? 2 : 4); }
+
+    // Serialisation of session states: the rows in use [0, size()) exactly as stored (f16 or
+    // f32 bits), and back: read_rows replaces them with n rows from `in` (n <= capacity, the rows
+    // after them zero, as in a fresh store). Throws ds4::Error for n > capacity or short bytes.
+    void write_rows(std::ostream &out) const;
+    void read_rows(std::istream &in, size_t n);
 
   private:
     uint32_t width_ = 0;

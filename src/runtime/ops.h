@@ -9,9 +9,11 @@
 // serves one session and owns that session's attention state (docs/MODEL.md 8.1).
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <span>
 
+#include "common/error.h"
 #include "model/weights.h"
 
 namespace ds4::runtime {
@@ -95,6 +97,18 @@ class Ops {
     virtual std::shared_ptr<const BackendState> save() const = 0;
     virtual void restore(const BackendState &state) = 0;
     virtual size_t kv_bytes() const = 0;
+
+    // The attention state as bytes (Session::write_state, the server's disk KV cache), and back.
+    // read_state validates every count and shape against this session (a state saved with a
+    // smaller ctx fits) and that it holds exactly n_past positions, and throws ds4::Error on any
+    // mismatch or short read, leaving the state as it was. The format is the backend's own; the
+    // defaults throw, so a backend without them serves without disk checkpoints.
+    virtual void write_state(std::ostream &) const {
+        throw Error("saving a session's state to bytes is not supported by this backend");
+    }
+    virtual void read_state(std::istream &, int64_t /*n_past*/) {
+        throw Error("loading a session's state from bytes is not supported by this backend");
+    }
 };
 
 }  // namespace ds4::runtime

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/forward.h"
+#include "runtime/state_io.h"
 
 namespace ds4::runtime {
 
@@ -93,6 +94,65 @@ void Session::restore(const Snapshot &s) {
     ops_->restore(*s.state);
     logits_ = s.logits;
     tokens_ = s.tokens;
+}
+
+namespace {
+constexpr uint32_t kSessionStateMagic = 0x53345344;  // "DS4S"
+constexpr uint32_t kSessionStateVersion = 1;
+}  // namespace
+
+void Session::write_state(std::ostream &out) const {
+    const model::HParams &hp = model_.hparams();
+    state_io::put<uint32_t>(out, kSessionStateMagic);
+    state_io::put<uint32_t>(out, kSessionStateVersion);
+    state_io::put<uint32_t>(out, ctx());
+    state_io::put<uint32_t>(out, hp.n_vocab);
+    state_io::put<uint32_t>(out, hp.n_layer);
+    state_io::put<uint64_t>(out, tokens_.size());
+    state_io::put_bytes(out, tokens_.data(), tokens_.size() * sizeof(int32_t));
+    state_io::put<uint64_t>(out, logits_.size());
+    state_io::put_bytes(out, logits_.data(), logits_.size() * sizeof(float));
+    ops_->write_state(out);
+}
+
+void Session::read_state(std::istream &in) {
+    const model::HParams &hp = model_.hparams();
+    if (state_io::get<uint32_t>(in, "the magic") != kSessionStateMagic)
+        throw Error("session state: not a ds4 session state (bad magic)");
+    if (const uint32_t v = state_io::get<uint32_t>(in, "the version"); v != kSessionStateVersion)
+        throw Error(
+            fmt::format("session state: version {}, this build reads {}", v, kSessionStateVersion));
+    const uint32_t saved_ctx = state_io::get<uint32_t>(in, "the context size");
+    const uint32_t n_vocab = state_io::get<uint32_t>(in, "the vocabulary size");
+    const uint32_t n_layer = state_io::get<uint32_t>(in, "the layer count");
+    if (saved_ctx > ctx())
+        throw Error(fmt::format("session state: saved with a context of {}, this session's is {}",
+                                saved_ctx, ctx()));
+    if (n_vocab != hp.n_vocab || n_layer != hp.n_layer)
+        throw Error(
+            fmt::format("session state: a model of {} tokens and {} layers, this one has "
+                        "{} and {}",
+                        n_vocab, n_layer, hp.n_vocab, hp.n_layer));
+    const uint64_t n_tokens = state_io::get<uint64_t>(in, "the token count");
+    if (n_tokens > saved_ctx)
+        throw Error(
+            fmt::format("session state: {} tokens in a context of {}", n_tokens, saved_ctx));
+    std::vector<int32_t> tokens(n_tokens);
+    state_io::get_bytes(in, tokens.data(), tokens.size() * sizeof(int32_t), "the tokens");
+    for (size_t i = 0; i < tokens.size(); ++i)
+        if (tokens[i] < 0 || uint32_t(tokens[i]) >= hp.n_vocab)
+            throw Error(fmt::format("session state: token {} is {}, outside the vocabulary of {}",
+                                    i, tokens[i], hp.n_vocab));
+    // The logits after the last token: none before the first.
+    const uint64_t n_logits = state_io::get<uint64_t>(in, "the logit count");
+    if (n_logits != (n_tokens ? hp.n_vocab : 0) && !(n_tokens == 0 && n_logits == hp.n_vocab))
+        throw Error(fmt::format("session state: {} logits for {} tokens, expected {}", n_logits,
+                                n_tokens, n_tokens ? hp.n_vocab : 0));
+    std::vector<float> logits(n_logits);
+    state_io::get_bytes(in, logits.data(), logits.size() * sizeof(float), "the logits");
+    ops_->read_state(in, int64_t(n_tokens));
+    tokens_ = std::move(tokens);
+    logits_ = std::move(logits);
 }
 
 const char *backend_name(Backend b) {

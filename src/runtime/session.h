@@ -4,6 +4,7 @@
 // in-memory snapshots. The CLI, the tests and later the server use only this.
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <span>
 #include <string>
@@ -100,6 +101,16 @@ class Session {
     };
     Snapshot save() const { return {ops_->save(), logits_, tokens_}; }
     void restore(const Snapshot &s);
+
+    // The same state as bytes (the server's disk KV cache), and back. The format: u32 magic
+    // "DS4S", u32 version, u32 ctx, u32 n_vocab, u32 n_layer, u64 token count, the i32 tokens,
+    // u64 logit count (0 or n_vocab), the f32 logits, then the backend's state (Ops::write_state).
+    // read_state validates everything against this session (ctx at save <= ctx(), the model's
+    // vocabulary and layers, token ids, the backend's shapes) and throws ds4::Error on any
+    // mismatch or short read, leaving the session as it was; it reads exactly what write_state
+    // wrote and nothing after it. Both throw on a backend that cannot serialise its state.
+    void write_state(std::ostream &out) const;
+    void read_state(std::istream &in);
 
   private:
     Model &model_;

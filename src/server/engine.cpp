@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "server/api_error.h"
+#include "server/kv_disk_cache.h"
 #include "server/stop_matcher.h"
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/chat_render.h"
@@ -71,6 +72,13 @@ Engine::Engine(runtime::Model &model, const tokenizer::Tokenizer &tok, runtime::
 }
 
 Engine::~Engine() = default;
+
+void Engine::store_live_sessions() {
+    if (!disk_) return;
+    for (const auto &s : slots_)
+        if (s->session.tokens().size() >= disk_->options().min_tokens)
+            disk_->store(s->session, KvSaveReason::KV_SAVE_SHUTDOWN);
+}
 
 std::vector<int32_t> Engine::tokenize(const GenRequest &r) const {
     const auto mode = tokenizer::effective_think_mode(r.think, ctx_);
@@ -139,6 +147,17 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
     };
     try {
         res.cached_tokens = s.resume(prompt);
+        // A disk checkpoint longer than what the slot can resume replaces it (the file is checked
+        // whole before its state is read; a bad one is deleted and the next one tried).
+        if (disk_) {
+            const KvDiskCache::Loaded got = disk_->load(prompt, res.cached_tokens, s.session);
+            if (got.tokens > 0) {
+                res.cached_tokens = got.tokens;
+            } else if (got.session_changed) {
+                s.session.restore(s.empty);
+                res.cached_tokens = s.resume(prompt);
+            }
+        }
         if (on_start && !on_start(res)) {
             res.disconnected = true;
             return res;
@@ -148,14 +167,25 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
         // get turns and a stop is seen between chunks (the bits do not depend on the chunking).
         // A stopped prefill leaves the live session at a chunk boundary: a prefix of the prompt
         // that the next request can resume.
+        // A chunk also ends at each of the disk cache's save points, where the state is saved
+        // (outside the compute turn: writing reads only this slot's session).
         const auto t0 = clock::now();
         const size_t chunk = std::max<size_t>(1, s.session.chunk());
-        for (size_t off = res.cached_tokens; off < prompt.size(); off += chunk) {
+        const std::vector<KvDiskCache::SavePoint> points =
+            disk_ ? disk_->save_points(res.cached_tokens, prompt.size())
+                  : std::vector<KvDiskCache::SavePoint>{};
+        size_t next_point = 0;
+        for (size_t off = res.cached_tokens; off < prompt.size();) {
             if (stop_requested()) {
                 res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
                 return res;
             }
-            eval(std::span(prompt).subspan(off, std::min(chunk, prompt.size() - off)));
+            size_t end = std::min(off + chunk, prompt.size());
+            if (next_point < points.size()) end = std::min(end, points[next_point].at);
+            eval(std::span(prompt).subspan(off, end - off));
+            off = end;
+            if (next_point < points.size() && points[next_point].at == off)
+                disk_->store(s.session, points[next_point++].reason);
         }
         res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
         // The state at the end of the prompt is kept for the next request.
@@ -243,6 +273,8 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
             }
             if (i + 1 == budget) break;
             eval(std::span(&id, 1));
+            if (disk_ && disk_->continued_point(s.session.tokens().size()))
+                disk_->store(s.session, KvSaveReason::KV_SAVE_CONTINUED);
         }
         res.generation_seconds = std::chrono::duration<double>(clock::now() - first).count();
         if (!res.stop_sequence && !res.disconnected) {

@@ -44,6 +44,8 @@ struct GenResult {
 
 inline constexpr size_t kDefaultQueue = 16;  // requests that may wait for a slot
 
+class KvDiskCache;
+
 class Engine {
   public:
     using Ticket = SlotScheduler::Ticket;
@@ -78,6 +80,14 @@ class Engine {
                   const std::function<bool(const GenResult &)> &on_start = {},
                   const std::function<bool()> &gone = {});
 
+    // The disk KV cache (docs/SERVER.md, Disk KV cache), or null for none: set before serving.
+    // With one, run() restores a checkpoint longer than a slot's own reusable prefix and saves
+    // at the cache's save points during the prefill and generation.
+    void set_disk_cache(KvDiskCache *disk) { disk_ = disk; }
+    // Saves each slot's live session of at least --kv-cache-min-tokens tokens (the shutdown
+    // checkpoints). Call once no request runs any more; errors are logged by the cache.
+    void store_live_sessions();
+
     uint32_t ctx() const { return ctx_; }
     size_t n_slots() const { return slots_.size(); }
     SlotScheduler::Status status() const { return sched_.status(); }
@@ -100,6 +110,7 @@ class Engine {
     // One slot evaluates at a time: the CPU backend's thread pool (one per Model) refuses
     // concurrent loops, and the expert source is shared (docs/SERVER.md, Concurrency).
     FairTurn turn_;
+    KvDiskCache *disk_ = nullptr;
 };
 
 }  // namespace ds4::server

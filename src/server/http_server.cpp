@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "server/responses_request.h"
 #include "server/responses_response.h"
 #include "server/tool_calls.h"
+#include "server/webui.h"
 
 namespace ds4::server {
 
@@ -199,6 +201,32 @@ const char *default_code(int status) {
         default:
             return status >= 500 ? "internal_error" : "invalid_request";
     }
+}
+
+// A GET of a file of the chat page (docs/SERVER.md, Chat page). The page holds no data, so it
+// loads without the API key; its own API calls carry the key the user enters.
+bool is_page_request(const httplib::Request &req) {
+    return (req.method == "GET" || req.method == "HEAD") && webui_asset(req.path).has_value();
+}
+
+// httplib routes are regular expressions: the file name with every character but letters and
+// digits escaped.
+std::string page_route(std::string_view name) {
+    std::string route = "/";
+    for (const char c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) route += '\\';
+        route += c;
+    }
+    return route;
+}
+
+void send_page_file(httplib::Response &res, const WebAsset &a) {
+    // no-cache: a rebuilt server's page is fetched again, not taken from the browser's cache. The
+    // policy allows this origin only (no inline script, nothing from elsewhere).
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'");
+    res.set_content(a.body.data(), a.body.size(), std::string(a.content_type));
 }
 
 bool same_key(const std::string &a, const std::string &b) {
@@ -558,7 +586,8 @@ struct HttpServer::Impl {
                                      {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
                                      {"Access-Control-Allow-Headers", "*"}});
         srv.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
-            if (opts.api_key.empty() || req.method == "OPTIONS" || req.path == "/health")
+            if (opts.api_key.empty() || req.method == "OPTIONS" || req.path == "/health" ||
+                is_page_request(req))
                 return httplib::Server::HandlerResponse::Unhandled;
             // Either header carries the key: OpenAI clients send a bearer token, Anthropic's send
             // x-api-key.
@@ -603,6 +632,12 @@ struct HttpServer::Impl {
                  {"slots", {{"total", st.slots}, {"busy", st.busy}, {"free", st.slots - st.busy}}},
                  {"queue", {{"waiting", st.queued}, {"max", st.max_queue}}}});
         });
+        // The chat page: "/" is its index.html; any other path stays a 404.
+        const auto page = [](const httplib::Request &req, httplib::Response &res) {
+            if (const auto a = webui_asset(req.path)) send_page_file(res, *a);
+        };
+        srv.Get("/", page);
+        for (const WebFile &f : webui_files()) srv.Get(page_route(f.name), page);
         srv.Get("/v1/models", [this](const httplib::Request &req, httplib::Response &res) {
             guarded(req, res, [&] {
                 send_json(res, 200, {{"object", "list"}, {"data", json::array({model_object()})}});

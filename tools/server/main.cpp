@@ -24,6 +24,7 @@
 #include "runtime/session.h"
 #include "server/engine.h"
 #include "server/http_server.h"
+#include "server/kv_disk_cache.h"
 #include "ssd_streaming_option.h"
 #include "startup_line.h"
 #include "tokenizer/tokenizer.h"
@@ -51,6 +52,10 @@ struct Options {
     int read_timeout = 10, write_timeout = 30, idle_timeout = 5;
     size_t responses_store = ds4::server::kDefaultResponsesStore;
     ds4::tools::BackendFlags backend;
+    // The disk KV cache (docs/SERVER.md, Disk KV cache).
+    std::string kv_disk_dir;
+    uint64_t kv_disk_space_mb = 4096;
+    ds4::server::KvDiskOptions kv;
 };
 
 // A missing file is named as such before the library's message (bad input, exit 2).
@@ -129,6 +134,31 @@ int server_main(int argc, char **argv) {
                    "/v1/responses/{id} (the oldest dropped first); 0 = none")
         ->check(integer_in(0, 1000000))
         ->default_str(std::to_string(ds4::server::kDefaultResponsesStore));
+    app.add_option("--kv-disk-dir", opt.kv_disk_dir,
+                   "Keep KV checkpoints in DIR (created, mode 0700) across restarts");
+    auto *kv_space = app.add_option("--kv-disk-space-mb", opt.kv_disk_space_mb,
+                                    "Disk budget of --kv-disk-dir in MiB")
+                         ->check(integer_in(1, int64_t(1) << 40))
+                         ->default_str("4096");
+    auto *kv_min = app.add_option("--kv-cache-min-tokens", opt.kv.min_tokens,
+                                  "Never save or load a disk checkpoint of fewer tokens")
+                       ->check(integer_in(1, std::numeric_limits<int32_t>::max()))
+                       ->default_str("512");
+    auto *kv_cold = app.add_option("--kv-cache-cold-max-tokens", opt.kv.cold_max_tokens,
+                                   "Save prompts of min..N tokens that reused nothing; 0 = never")
+                        ->check(integer_in(0, std::numeric_limits<int32_t>::max()))
+                        ->default_str("30000");
+    auto *kv_interval =
+        app.add_option("--kv-cache-continued-interval-tokens", opt.kv.continued_interval_tokens,
+                       "Save every N tokens of a session (rounded up to the alignment); 0 = never")
+            ->check(integer_in(0, std::numeric_limits<int32_t>::max()))
+            ->default_str("10000");
+    auto *kv_align =
+        app.add_option("--kv-cache-boundary-align-tokens", opt.kv.boundary_align_tokens,
+                       "Align cold save points down (continued steps up) to a multiple of N; 0 = "
+                       "no alignment")
+            ->check(integer_in(0, std::numeric_limits<int32_t>::max()))
+            ->default_str("2048");
     ds4::tools::add_backend_options(app, opt.backend);
     ds4::tools::SsdStreamingFlags ssd;
     ds4::tools::add_ssd_streaming_options(app, ssd);
@@ -178,6 +208,18 @@ int server_main(int argc, char **argv) {
     opt.threads = ds4::tools::resolve_threads(opt.threads, kTool);
     ds4::tools::check_simd_env();
     if (opt.host.empty()) throw UsageError("--host must not be empty");
+    if (opt.kv_disk_dir.empty()) {
+        for (const CLI::Option *o : {kv_space, kv_min, kv_cold, kv_interval, kv_align})
+            if (o->count() > 0)
+                throw UsageError(fmt::format("{} needs --kv-disk-dir", o->get_name()));
+    }
+    if (opt.kv.cold_max_tokens != 0 && opt.kv.cold_max_tokens < opt.kv.min_tokens)
+        throw UsageError(fmt::format(
+            "--kv-cache-cold-max-tokens {} must be 0 or at least --kv-cache-min-tokens {}",
+            opt.kv.cold_max_tokens, opt.kv.min_tokens));
+    if (!opt.kv_disk_dir.empty() && backend == ds4::runtime::Backend::Cuda)
+        throw UsageError(
+            "--kv-disk-dir needs the CPU backend: the CUDA backend cannot save its KV state yet");
 
     const auto streaming = ssd.options(backend, opt.model);
     auto model = from_model_file(opt.model, [&] {
@@ -213,7 +255,25 @@ int server_main(int argc, char **argv) {
                         opt.parallel == 1 ? "" : "s", so.ctx),
             "lower --ctx or --parallel");
 
+    // The disk KV cache is indexed (and evicted down to its budget) before the server listens.
+    std::unique_ptr<ds4::server::KvDiskCache> disk;
+    if (!opt.kv_disk_dir.empty()) {
+        opt.kv.dir = opt.kv_disk_dir;
+        opt.kv.budget_bytes = opt.kv_disk_space_mb << 20;
+        // What besides the model changes a state's bits: the row format and QAT simulation.
+        const uint64_t id = ds4::server::model_identity(
+            model->file(), fmt::format("qat_sim={} f16_rows={}", so.forward.qat_sim, so.f16_rows));
+        try {
+            disk = std::make_unique<ds4::server::KvDiskCache>(
+                opt.kv, id, so.ctx, [](const std::string &line) {
+                    fmt::print(stderr, "{}: kv disk: {}\n", kTool, line);
+                });
+        } catch (const ds4::Error &e) {
+            throw UsageError(fmt::format("--kv-disk-dir: {}", e.what()));
+        }
+    }
     ds4::server::Engine engine(*model, tok, so, opt.n_predict, &shutdown, opt.parallel, opt.queue);
+    engine.set_disk_cache(disk.get());
     ds4::server::ServerOptions sopt{
         .host = opt.host,
         .port = opt.port,
@@ -246,6 +306,8 @@ int server_main(int argc, char **argv) {
     const bool ok = server.listen();
     listen_returned = true;
     if (got == SIGINT || got == SIGTERM) {
+        // Every handler has returned (listen() joins its threads): the slots are idle.
+        engine.store_live_sessions();
         fmt::print(stderr, "{}: shut down ({})\n", kTool, got == SIGINT ? "SIGINT" : "SIGTERM");
         return got == SIGINT ? ds4::tools::kExitInterrupted : ds4::tools::kExitOk;
     }
