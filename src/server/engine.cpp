@@ -9,6 +9,7 @@
 #include "server/api_error.h"
 #include "server/kv_disk_cache.h"
 #include "server/stop_matcher.h"
+#include "server/think_tool_gate.h"
 #include "tokenizer/chat_prompt.h"
 #include "tokenizer/chat_render.h"
 #include "tokenizer/stream_decoder.h"
@@ -223,12 +224,8 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
                 cancel = true;
             }
         };
-        auto emit = [&](const std::string &text, bool as_reasoning) {
+        auto emit_reasoning = [&](const std::string &text) {
             if (text.empty()) return;
-            if (!as_reasoning) {
-                deliver(tracker ? tracker->push(text) : ToolOutput{text, {}});
-                return;
-            }
             Delta d;
             d.reasoning = text;
             res.reasoning += text;
@@ -237,6 +234,31 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
                 cancel = true;
             }
         };
+        // With tools, a call block opened while thinking ends the thinking (think_tool_gate.h).
+        std::optional<ThinkToolGate> gate;
+        if (tracker) gate.emplace();
+        auto emit = [&](const std::string &text, bool as_reasoning) {
+            if (text.empty()) return;
+            if (!as_reasoning) {
+                deliver(tracker ? tracker->push(text) : ToolOutput{text, {}});
+                return;
+            }
+            if (!gate) {
+                emit_reasoning(text);
+                return;
+            }
+            ThinkToolGate::Output g = gate->push(text);
+            emit_reasoning(g.reasoning);
+            if (!g.opened) return;
+            reasoning = false;
+            gate.reset();
+            if (!res.disconnected) deliver(tracker->push(g.rest));
+        };
+        // The end of a think block: the decoder's and the gate's held text is reasoning.
+        auto end_reasoning = [&] {
+            emit(decoder.flush(), reasoning);
+            if (reasoning && gate) emit_reasoning(gate->flush());
+        };
         // A prefill or forced prefix already in the prompt may open (or hold) a call.
         if (tracker) deliver(tracker->push_silent(r.assistant_prefill + r.tool_prefix));
         auto on_token = [&](int32_t id) {
@@ -244,7 +266,7 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
             if (reasoning) ++res.reasoning_tokens;
             if (id == sp.eos) return;
             if (chat && (id == sp.think_open || id == sp.think_close)) {
-                emit(decoder.flush(), reasoning);
+                end_reasoning();
                 reasoning = id == sp.think_open;
                 return;
             }
@@ -278,7 +300,7 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
         }
         res.generation_seconds = std::chrono::duration<double>(clock::now() - first).count();
         if (!res.stop_sequence && !res.disconnected) {
-            emit(decoder.flush(), reasoning);
+            end_reasoning();
             if (tracker && !res.stop_sequence && !res.disconnected) deliver(tracker->finish());
             if (!res.stop_sequence && !res.disconnected) {
                 Delta d;
