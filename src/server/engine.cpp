@@ -54,6 +54,13 @@ struct Engine::Slot {
         }
         return session.tokens().size();
     }
+    // After the live state was lost (a checkpoint that failed after its state was read): the
+    // prompt snapshot if it is a prefix of `prompt`, else the empty session; returns its length.
+    size_t resume_saved(const std::vector<int32_t> &prompt) {
+        session.restore(has_prompt_snap && is_prefix(prompt_snap.tokens, prompt) ? prompt_snap
+                                                                                 : empty);
+        return session.tokens().size();
+    }
     void reset() {
         session.restore(empty);
         has_prompt_snap = false;
@@ -155,8 +162,7 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
             if (got.tokens > 0) {
                 res.cached_tokens = got.tokens;
             } else if (got.session_changed) {
-                s.session.restore(s.empty);
-                res.cached_tokens = s.resume(prompt);
+                res.cached_tokens = s.resume_saved(prompt);
             }
         }
         if (on_start && !on_start(res)) {

@@ -537,6 +537,14 @@ struct HttpServer::Impl {
         send_json(res, 200, found->response);
     }
 
+    // DELETE /v1/responses/{id}: OpenAI's deletion object, or 404 as GET answers an unknown id.
+    void delete_response(const httplib::Request &req, httplib::Response &res) {
+        const std::string id = req.matches[1];
+        if (!stored.erase(id))
+            throw ApiError(404, fmt::format("Response with id '{}' not found.", id), "not_found");
+        send_json(res, 200, {{"id", id}, {"object", "response"}, {"deleted", true}});
+    }
+
     // POST /v1/messages/count_tokens: the prompt's length, as /v1/messages would run it.
     void count_tokens(const httplib::Request &req, httplib::Response &res) {
         const GenRequest r = parse_messages_request(req.body, MessagesBody::CountTokens);
@@ -583,7 +591,7 @@ struct HttpServer::Impl {
         });
         if (opts.cors)
             srv.set_default_headers({{"Access-Control-Allow-Origin", "*"},
-                                     {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                                     {"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
                                      {"Access-Control-Allow-Headers", "*"}});
         srv.set_pre_routing_handler([this](const httplib::Request &req, httplib::Response &res) {
             if (opts.api_key.empty() || req.method == "OPTIONS" || req.path == "/health" ||
@@ -670,6 +678,10 @@ struct HttpServer::Impl {
         srv.Get("/v1/responses/(.+)", [this](const httplib::Request &req, httplib::Response &res) {
             guarded(req, res, [&] { stored_response(req, res); });
         });
+        srv.Delete("/v1/responses/(.+)",
+                   [this](const httplib::Request &req, httplib::Response &res) {
+                       guarded(req, res, [&] { delete_response(req, res); });
+                   });
         srv.Post("/v1/messages/count_tokens",
                  [this](const httplib::Request &req, httplib::Response &res) {
                      guarded(req, res, [&] { count_tokens(req, res); });

@@ -49,12 +49,17 @@ double mib(uint64_t b) {
 }
 
 // Reads exactly n bytes at `off`; false at a short file.
+// A failed read (EIO, EMFILE, ...) says nothing about the file: it is kept, not rejected.
+struct ReadError : Error {
+    using Error::Error;
+};
+
 bool pread_all(int fd, void *buf, size_t n, uint64_t off) {
     auto *p = static_cast<char *>(buf);
     while (n > 0) {
         const ssize_t r = ::pread(fd, p, n, off_t(off));
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) throw Error("read failed: " + errno_text());
+        if (r < 0) throw ReadError("read failed: " + errno_text());
         if (r == 0) return false;
         p += r;
         n -= size_t(r);
@@ -161,6 +166,8 @@ class FdReader final : public std::streambuf {
         setg(buf_.data(), buf_.data(), buf_.data());
     }
     bool at_end() const { return pos_ == end_ && gptr() == egptr(); }
+    // A read that failed (the stream then ended early): the reason, empty when none did.
+    const std::string &read_error() const { return read_error_; }
 
   protected:
     int_type underflow() override {
@@ -169,7 +176,8 @@ class FdReader final : public std::streambuf {
         const size_t n = size_t(std::min<uint64_t>(buf_.size(), end_ - pos_));
         try {
             if (!pread_all(fd_, buf_.data(), n, pos_)) return traits_type::eof();
-        } catch (const Error &) {
+        } catch (const Error &e) {
+            read_error_ = e.what();
             return traits_type::eof();
         }
         pos_ += n;
@@ -181,6 +189,7 @@ class FdReader final : public std::streambuf {
     int fd_;
     uint64_t pos_, end_;
     std::vector<char> buf_;
+    std::string read_error_;
 };
 
 struct Fd {
@@ -204,7 +213,7 @@ KvCheckpoint read_head(int fd, uint64_t model_id, uint32_t ctx, uint64_t *file_b
         throw Error(fmt::format("saved with a context of {} tokens, larger than --ctx {}",
                                 c.header.ctx, ctx));
     struct stat st {};
-    if (::fstat(fd, &st) != 0) throw Error("fstat failed: " + errno_text());
+    if (::fstat(fd, &st) != 0) throw ReadError("fstat failed: " + errno_text());
     const uint64_t want = kv_file_bytes(c.header);
     if (uint64_t(st.st_size) != want)
         throw Error(fmt::format("{} bytes, its header says {} (truncated or extended)",
@@ -291,7 +300,9 @@ void KvDiskCache::index() {
         if (const pid_t pid = temp_writer(name)) {
             // A temp file is a write that never reached its rename: remove it once its writer
             // is gone (a crash, kill -9). A live writer's is left alone.
-            if (pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH) {
+            // This process has written nothing yet, so a temp file with its pid is a previous
+            // process's (in a container the server is often pid 1 every time).
+            if (pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH)) {
                 ::unlink(path(name).c_str());
                 log_(fmt::format("removed the unfinished write {} (its writer, pid {}, is gone)",
                                  name, pid));
@@ -308,6 +319,8 @@ void KvDiskCache::index() {
             ::fstat(f.fd, &st);
             entries_.push_back({name, std::move(c.tokens), bytes,
                                 int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
+        } catch (const ReadError &e) {
+            log_(fmt::format("skipped {}: {} (kept)", name, e.what()));
         } catch (const Error &e) {
             reject_locked(name, e.what());
         }
@@ -332,7 +345,8 @@ void KvDiskCache::evict_locked(const std::string &keep) {
     uint64_t total = 0;
     for (const Entry &e : entries_) total += e.bytes;
     while (total > opts_.budget_bytes && !entries_.empty()) {
-        // The least recently used; the file just written only when it alone is over budget.
+        // The least recently used, never the file just written (store refuses one that alone is
+        // over the budget).
         auto victim = entries_.end();
         for (auto it = entries_.begin(); it != entries_.end(); ++it) {
             if (it->name == keep && entries_.size() > 1) continue;
@@ -406,14 +420,28 @@ KvDiskCache::Loaded KvDiskCache::load(std::span<const int32_t> prompt, size_t lo
         const auto t0 = clock::now();
         Fd f(::open(path(c.name).c_str(), O_RDONLY | O_CLOEXEC));
         if (f.fd < 0) {
-            // Evicted meanwhile (another slot's store): forget it.
+            const int err = errno;
             std::lock_guard lock(mu_);
-            entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
-                                          [&](const Entry &e) { return e.name == c.name; }),
-                           entries_.end());
+            if (err == ENOENT) {  // evicted meanwhile (another slot's store): forget it
+                entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+                                              [&](const Entry &e) { return e.name == c.name; }),
+                               entries_.end());
+            } else {
+                log_(fmt::format("could not open {}: {} (kept)", c.name, std::strerror(err)));
+            }
             continue;
         }
         bool read = false;
+        // A failure that says the file is bad deletes it; one that does not (a failed read, no
+        // memory) keeps it for a later request.
+        auto failed = [&](const std::string &why, bool bad) -> bool {
+            std::lock_guard lock(mu_);
+            if (bad)
+                reject_locked(c.name, why);
+            else
+                log_(fmt::format("could not load {}: {} (kept)", c.name, why));
+            return read;
+        };
         try {
             uint64_t bytes = 0;
             const KvCheckpoint head = read_head(f.fd, model_id_, ctx_, &bytes);
@@ -422,15 +450,24 @@ KvDiskCache::Loaded KvDiskCache::load(std::span<const int32_t> prompt, size_t lo
             FdReader buf(f.fd, kKvHeaderBytes + 4 * uint64_t(head.tokens.size()),
                          head.header.payload_bytes);
             std::istream in(&buf);
-            session.read_state(in);
+            try {
+                session.read_state(in);
+            } catch (const Error &) {
+                if (!buf.read_error().empty()) throw ReadError(buf.read_error());
+                throw;
+            }
             read = true;
             if (!buf.at_end()) throw Error("bytes left after the session state");
             if (session.tokens() != head.tokens)
                 throw Error("the session state holds other tokens than the header");
+        } catch (const ReadError &e) {
+            if (failed(e.what(), false)) return {0, true};
+            continue;
+        } catch (const Error &e) {
+            if (failed(e.what(), true)) return {0, true};
+            continue;
         } catch (const std::exception &e) {
-            std::lock_guard lock(mu_);
-            reject_locked(c.name, e.what());
-            if (read) return {0, true};
+            if (failed(e.what(), false)) return {0, true};
             continue;
         }
         std::lock_guard lock(mu_);
@@ -493,9 +530,14 @@ bool KvDiskCache::store(const runtime::Session &session, KvSaveReason reason) {
             throw Error("write failed: " + errno_text());
         if (::fsync(f.fd) != 0) throw Error("fsync failed: " + errno_text());
         const uint64_t bytes = kv_file_bytes(h);
+        // Kept, it would evict every other checkpoint and then itself.
+        if (bytes > opts_.budget_bytes)
+            throw Error(fmt::format("{:.2f} MiB is more than the whole budget of {:.1f} MiB",
+                                    mib(bytes), mib(opts_.budget_bytes)));
         if (::rename(tmp_path.c_str(), path(name).c_str()) != 0)
             throw Error("rename failed: " + errno_text());
-        ::fsync(dir_fd_);  // the rename itself is durable
+        if (::fsync(dir_fd_) != 0)  // the rename itself is durable
+            log_(fmt::format("fsync of {} failed: {}", opts_.dir, errno_text()));
         std::lock_guard lock(mu_);
         entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
                                       [&](const Entry &e) { return e.name == name; }),

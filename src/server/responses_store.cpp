@@ -1,5 +1,7 @@
 #include "server/responses_store.h"
 
+#include <algorithm>
+
 namespace ds4::server {
 
 ResponseTurn::~ResponseTurn() {
@@ -42,6 +44,17 @@ std::optional<ResponsesStore::Entry> ResponsesStore::get(const std::string &id) 
     const auto it = entries_.find(id);
     if (it == entries_.end()) return std::nullopt;
     return it->second;
+}
+
+bool ResponsesStore::erase(const std::string &id) {
+    std::optional<Entry> gone;  // destroyed after the lock is released
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(id);
+    if (it == entries_.end()) return false;
+    gone = std::move(it->second);
+    entries_.erase(it);
+    order_.erase(std::find(order_.begin(), order_.end(), id));
+    return true;
 }
 
 size_t ResponsesStore::size() const {

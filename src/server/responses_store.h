@@ -1,8 +1,8 @@
 #pragma once
 // The stored responses of POST /v1/responses (docs/SERVER.md, Responses): what `store` keeps, so
-// that GET /v1/responses/{id} returns a response and previous_response_id continues its
-// conversation. In memory, bounded to the last `capacity` responses stored (the oldest evicted
-// first; 0 stores nothing). Thread-safe.
+// that GET /v1/responses/{id} returns a response, DELETE removes it, and previous_response_id
+// continues its conversation. In memory, bounded to the last `capacity` responses stored (the
+// oldest evicted first; 0 stores nothing). Thread-safe.
 #include <cstddef>
 #include <deque>
 #include <memory>
@@ -44,6 +44,9 @@ class ResponsesStore {
     // Stores (or replaces) `id`, evicting the oldest entries beyond the capacity.
     void put(const std::string &id, Entry e);
     std::optional<Entry> get(const std::string &id) const;
+    // Removes `id`; false when it is not stored. Responses that continued it keep their history
+    // (their turns share it), but `id` can no longer be fetched or continued.
+    bool erase(const std::string &id);
     size_t size() const;
     size_t capacity() const { return capacity_; }
 

@@ -186,6 +186,28 @@ TEST(ResponsesStore, KeepsTheLastNAndEvictsTheOldest) {
     EXPECT_FALSE(none.get("a"));
 }
 
+TEST(ResponsesStore, EraseRemovesOneAndFreesItsPlace) {
+    ResponsesStore s(2);
+    auto turn = [](std::string text) {
+        return std::make_shared<ResponseTurn>(
+            nullptr, std::vector<ChatMessage>{{.role = "user", .content = std::move(text)}});
+    };
+    s.put("a", {json{{"id", "a"}}, turn("1")});
+    s.put("b", {json{{"id", "b"}}, turn("2")});
+    EXPECT_TRUE(s.erase("a"));
+    EXPECT_FALSE(s.erase("a"));
+    EXPECT_FALSE(s.erase("never"));
+    EXPECT_FALSE(s.get("a"));
+    EXPECT_EQ(s.size(), 1u);
+    // The erased entry's place is free: one more put evicts nothing, the next evicts b (oldest).
+    s.put("c", {json{{"id", "c"}}, turn("3")});
+    ASSERT_TRUE(s.get("b") && s.get("c"));
+    s.put("d", {json{{"id", "d"}}, turn("4")});
+    EXPECT_FALSE(s.get("b"));
+    EXPECT_TRUE(s.get("c") && s.get("d"));
+    EXPECT_EQ(s.size(), 2u);
+}
+
 TEST(ResponsesStore, ConversationFollowsTheChainAndOutlivesEviction) {
     ResponsesStore s(1);
     auto first = std::make_shared<ResponseTurn>(

@@ -277,3 +277,28 @@ def test_store_keeps_the_last_n(tool, tmp_path, openai_mod):
     finally:
         srv.stop()
     assert srv.proc.returncode == 0, srv.log()
+
+
+def test_delete_removes_a_stored_response(client, server, openai_mod):
+    # OpenAI's DELETE /v1/responses/{id}: the deletion object, then GET is a 404 and the id can no
+    # longer be continued; a response that already continued it keeps its conversation.
+    r1 = create(client, QUESTION, max_output_tokens=4)
+    r2 = create(client, Q2, previous_response_id=r1.id, max_output_tokens=4)
+    req = urllib.request.Request(server.url + "/v1/responses/" + r1.id, method="DELETE")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 200
+        assert json.loads(resp.read()) == {"id": r1.id, "object": "response", "deleted": True}
+    with pytest.raises(openai_mod.NotFoundError):
+        client.responses.retrieve(r1.id)
+    with pytest.raises(openai_mod.BadRequestError):
+        create(client, Q2, previous_response_id=r1.id, max_output_tokens=1)
+    with pytest.raises(openai_mod.NotFoundError):
+        client.responses.delete(r1.id)  # the SDK's call; a second delete finds nothing
+    # r2's history still holds r1's turn: continuing r2 renders the same prompt as replaying it.
+    r3 = create(client, "Continua.", previous_response_id=r2.id, max_output_tokens=2)
+    items = [{"role": "user", "content": QUESTION}] + [o.model_dump() for o in r1.output] + \
+        [{"role": "user", "content": Q2}] + [o.model_dump() for o in r2.output] + \
+        [{"role": "user", "content": "Continua."}]
+    assert create(client, items, max_output_tokens=2).usage.input_tokens == r3.usage.input_tokens
+    client.responses.delete(r2.id)  # the SDK accepts the deletion object
+    assert get(server, "/v1/responses/" + r2.id)[0] == 404

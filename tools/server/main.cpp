@@ -247,12 +247,15 @@ int server_main(int argc, char **argv) {
                                : std::min<uint64_t>(opt.ctx, hp.context_length);
     so.ctx = ds4::tools::context_for(asked, hp, so, "--ctx");
     // Each slot holds three copies of its KV cache on the CPU backend: the live one, the snapshot
-    // at the end of its last prompt and its empty state (docs/SERVER.md, Sessions and KV reuse).
+    // at the end of its last prompt and its empty state (docs/SERVER.md, Sessions and KV reuse);
+    // with the disk cache a fourth while a checkpoint is read (into a fresh cache, so that a bad
+    // file leaves the session as it was).
+    const uint64_t copies = opt.kv_disk_dir.empty() ? 3 : 4;
     if (model->backend() == ds4::runtime::Backend::Cpu)
         ds4::tools::check_memory_fits(
-            3 * opt.parallel * ds4::runtime::Session::kv_bytes_for(hp, so),
-            fmt::format("the KV caches of {} slot{} of {} tokens (3 copies each)", opt.parallel,
-                        opt.parallel == 1 ? "" : "s", so.ctx),
+            copies * opt.parallel * ds4::runtime::Session::kv_bytes_for(hp, so),
+            fmt::format("the KV caches of {} slot{} of {} tokens ({} copies each)", opt.parallel,
+                        opt.parallel == 1 ? "" : "s", so.ctx, copies),
             "lower --ctx or --parallel");
 
     // The disk KV cache is indexed (and evicted down to its budget) before the server listens.
