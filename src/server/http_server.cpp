@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <mutex>
@@ -501,7 +502,8 @@ struct HttpServer::Impl {
             std::vector<tokenizer::ChatMessage> turn = rr->input;
             for (auto &m : read_input_items(response.at("output"), "output"))
                 turn.push_back(std::move(m));
-            stored.put(id, {response, std::make_shared<ResponseTurn>(previous, std::move(turn))});
+            stored.put(id, {response, std::make_shared<ResponseTurn>(previous, std::move(turn)),
+                            rr->input_items});
         };
         if (!rr->gen.stream) {
             const GenResult g = run_whole(path, *ticket, rr->gen, *prompt, *watch);
@@ -535,6 +537,34 @@ struct HttpServer::Impl {
         if (!found)
             throw ApiError(404, fmt::format("Response with id '{}' not found.", id), "not_found");
         send_json(res, 200, found->response);
+    }
+
+    // GET /v1/responses/{id}/input_items: a page of the stored response's own input items.
+    void stored_input_items(const httplib::Request &req, httplib::Response &res) {
+        const std::string id = req.matches[1];
+        const auto found = stored.get(id);
+        if (!found)
+            throw ApiError(404, fmt::format("Response with id '{}' not found.", id), "not_found");
+        size_t limit = 20;
+        if (req.has_param("limit")) {
+            const std::string v = req.get_param_value("limit");
+            char *end = nullptr;
+            const long n = std::strtol(v.c_str(), &end, 10);
+            if (v.empty() || *end != '\0' || n < 1 || n > 100) {
+                ApiError e(400, "'limit' must be a whole number from 1 to 100", "invalid_value");
+                e.extra["param"] = "limit";
+                throw e;
+            }
+            limit = size_t(n);
+        }
+        const std::string order = req.has_param("order") ? req.get_param_value("order") : "desc";
+        if (order != "asc" && order != "desc") {
+            ApiError e(400, "'order' must be 'asc' or 'desc'", "invalid_value");
+            e.extra["param"] = "order";
+            throw e;
+        }
+        const std::string after = req.has_param("after") ? req.get_param_value("after") : "";
+        send_json(res, 200, input_items_page(found->input_items, limit, order == "asc", after));
     }
 
     // DELETE /v1/responses/{id}: OpenAI's deletion object, or 404 as GET answers an unknown id.
@@ -675,10 +705,15 @@ struct HttpServer::Impl {
         srv.Post("/v1/responses", [this](const httplib::Request &req, httplib::Response &res) {
             guarded(req, res, [&] { responses(req, res); });
         });
-        srv.Get("/v1/responses/(.+)", [this](const httplib::Request &req, httplib::Response &res) {
-            guarded(req, res, [&] { stored_response(req, res); });
-        });
-        srv.Delete("/v1/responses/(.+)",
+        srv.Get("/v1/responses/([^/]+)/input_items",
+                [this](const httplib::Request &req, httplib::Response &res) {
+                    guarded(req, res, [&] { stored_input_items(req, res); });
+                });
+        srv.Get("/v1/responses/([^/]+)",
+                [this](const httplib::Request &req, httplib::Response &res) {
+                    guarded(req, res, [&] { stored_response(req, res); });
+                });
+        srv.Delete("/v1/responses/([^/]+)",
                    [this](const httplib::Request &req, httplib::Response &res) {
                        guarded(req, res, [&] { delete_response(req, res); });
                    });

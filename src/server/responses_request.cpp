@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "server/request_fields.h"
+#include "server/tool_calls.h"
 #include "tokenizer/dsml_render.h"
 
 namespace ds4::server {
@@ -174,6 +176,7 @@ ResponsesRequest parse_responses_request(std::string_view body) {
     if (!input) bad("missing input", "input");
     rr.input = read_input_items(*input);
     if (rr.input.empty()) bad("'input' must not be empty", "input");
+    rr.input_items = list_input_items(*input);
     OrderedBody ordered(body);
     const std::vector<std::string> tool_names = read_function_tools(j, ordered, r);
     read_tool_choice(j, tool_names, r);
@@ -207,6 +210,55 @@ void with_history(ResponsesRequest &r, std::vector<tokenizer::ChatMessage> histo
     m.insert(m.end(), std::make_move_iterator(history.begin()),
              std::make_move_iterator(history.end()));
     m.insert(m.end(), r.input.begin(), r.input.end());
+}
+
+json list_input_items(const json &input) {
+    json items = json::array();
+    if (input.is_string()) {
+        items.push_back({{"id", make_tool_id("msg_")},
+                         {"type", "message"},
+                         {"role", "user"},
+                         {"content", json::array({{{"type", "input_text"}, {"text", input}}})}});
+        return items;
+    }
+    for (json item : input) {
+        const bool message = !item.contains("type") || item["type"] == "message";
+        if (message) {
+            item["type"] = "message";
+            if (item.contains("content") && item["content"].is_string()) {
+                const bool assistant = item.value("role", "") == "assistant";
+                item["content"] = json::array({{{"type", assistant ? "output_text" : "input_text"},
+                                                {"text", item["content"]}}});
+            }
+        }
+        if (!item.contains("id") || !item["id"].is_string())
+            item["id"] = make_tool_id(message ? "msg_" : "item_");
+        items.push_back(std::move(item));
+    }
+    return items;
+}
+
+json input_items_page(const json &items, size_t limit, bool ascending, const std::string &after) {
+    std::vector<const json *> order;
+    for (const json &item : items) order.push_back(&item);
+    if (!ascending) std::reverse(order.begin(), order.end());
+    size_t start = 0;
+    if (!after.empty()) {
+        start = order.size();
+        for (size_t i = 0; i < order.size(); ++i)
+            if ((*order[i])["id"] == after) {
+                start = i + 1;
+                break;
+            }
+    }
+    json data = json::array();
+    for (size_t i = start; i < order.size() && data.size() < limit; ++i) data.push_back(*order[i]);
+    const json none;
+    return {{"object", "list"},
+            {"data", data},
+            {"first_id", data.empty() ? none : data.front()["id"]},
+            {"last_id", data.empty() ? none : data.back()["id"]},
+            {"has_more", start + data.size() < order.size()}};
 }
 
 }  // namespace ds4::server

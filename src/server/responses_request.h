@@ -21,6 +21,7 @@ struct ResponsesRequest {
     // message), the conversation of previous_response_id, then `input`.
     GenRequest gen;
     std::vector<tokenizer::ChatMessage> input;  // the `input` items as chat messages
+    nlohmann::json input_items;  // the same items as GET /v1/responses/{id}/input_items lists them
     std::optional<std::string> instructions;
     std::string previous_response_id;  // empty: none
     bool store = true;
@@ -31,6 +32,19 @@ struct ResponsesRequest {
 };
 
 ResponsesRequest parse_responses_request(std::string_view body);
+
+// The `input` (a string or an array of items, already validated by read_input_items) as a list of
+// items, OpenAI's input_items shape: a string is one user message; a message's string content
+// becomes one input_text part (output_text for the assistant), a message without `type` gets
+// "type":"message"; items without an id get one (msg_ + 32 hex digits for messages, item_ +
+// 32 hex for others), so a listing can be paged by id. Other fields are kept as sent.
+nlohmann::json list_input_items(const nlohmann::json &input);
+
+// A page of such a list, as GET .../input_items answers it: `order` "asc" (as sent) or "desc"
+// (the default, newest first), after the item `after` (when not empty; none found: an empty
+// page), at most `limit` items: {"object":"list","data","first_id","last_id","has_more"}.
+nlohmann::json input_items_page(const nlohmann::json &items, size_t limit, bool ascending,
+                                const std::string &after);
 
 // Input items (a string is one user message) as chat messages, as a client's replayed output is
 // read too: `message` items (role user, assistant, system or developer; content a string or

@@ -40,6 +40,7 @@ class ResponsesStore {
     struct Entry {
         nlohmann::json response;  // the response object, as GET returns it
         std::shared_ptr<const ResponseTurn> turn;
+        nlohmann::json input_items;  // its own input, as GET .../input_items lists it
     };
     // Stores (or replaces) `id`, evicting the oldest entries beyond the capacity.
     void put(const std::string &id, Entry e);

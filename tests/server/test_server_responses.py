@@ -302,3 +302,35 @@ def test_delete_removes_a_stored_response(client, server, openai_mod):
     assert create(client, items, max_output_tokens=2).usage.input_tokens == r3.usage.input_tokens
     client.responses.delete(r2.id)  # the SDK accepts the deletion object
     assert get(server, "/v1/responses/" + r2.id)[0] == 404
+
+
+def test_input_items_lists_the_stored_input(client, server, openai_mod):
+    # OpenAI's GET /v1/responses/{id}/input_items: the response's own input as items with ids,
+    # newest first by default, paged by limit/after; the SDK's cursor pages through them.
+    items = [{"role": "user", "content": QUESTION},
+             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "E poi?"}]},
+             {"role": "user", "content": Q2, "id": "msg_mine"}]
+    r = create(client, items, max_output_tokens=2)
+    page = client.responses.input_items.list(r.id, order="asc")
+    got = [(i.role, i.content[0].text) for i in page.data]
+    assert got == [("user", QUESTION), ("assistant", "E poi?"), ("user", Q2)]
+    assert page.data[2].id == "msg_mine" and all(i.id.startswith("msg_") for i in page.data)
+    assert [i.content[0].type for i in page.data] == ["input_text", "output_text", "input_text"]
+    desc = client.responses.input_items.list(r.id)
+    assert [i.id for i in desc.data] == [i.id for i in reversed(page.data)]
+    # One item a page: the SDK follows has_more/after through all three.
+    assert [i.id for i in client.responses.input_items.list(r.id, order="asc", limit=1)] == \
+        [i.id for i in page.data]
+    s, body, _ = get(server, f"/v1/responses/{r.id}/input_items?limit=1&order=asc")
+    assert s == 200 and body["has_more"] is True and body["first_id"] == body["last_id"] == page.data[0].id
+    s, body, _ = get(server, f"/v1/responses/{r.id}/input_items?after=msg_mine")
+    assert s == 200 and [i["content"][0]["text"] for i in body["data"]] == ["E poi?", QUESTION]
+    # A plain string input is one user message.
+    r2 = create(client, QUESTION, max_output_tokens=1)
+    one = client.responses.input_items.list(r2.id).data
+    assert len(one) == 1 and one[0].role == "user" and one[0].content[0].text == QUESTION
+    for bad in ("limit=0", "limit=101", "limit=x", "order=up"):
+        s, body, _ = get(server, f"/v1/responses/{r.id}/input_items?{bad}")
+        assert s == 400 and body["error"]["param"] in ("limit", "order"), bad
+    with pytest.raises(openai_mod.NotFoundError):
+        client.responses.input_items.list("resp_nope")
