@@ -226,7 +226,8 @@ void send_page_file(httplib::Response &res, const WebAsset &a) {
     // policy allows this origin only (no inline script, nothing from elsewhere).
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Content-Type-Options", "nosniff");
-    res.set_header("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'");
+    res.set_header("Content-Security-Policy",
+                   "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'");
     res.set_content(a.body.data(), a.body.size(), std::string(a.content_type));
 }
 

@@ -371,6 +371,43 @@ def test_tool_calls_and_markup_render_as_text(server, browser, screenshots):
     b.screenshot(os.path.join(screenshots, "chat_page_tool_call.png"))
 
 
+# A fetch that answers nothing until it is aborted (no headers, no body): Stop comes first.
+HANGING_FETCH_JS = """
+window.fetch = (url, init) => new Promise((resolve, reject) => {
+  init.signal.addEventListener('abort', () => reject(new DOMException('aborted', 'AbortError')));
+});
+"""
+
+
+def test_stop_before_any_answer_takes_the_turn_back(server, browser):
+    b = browser
+    open_page(b, server)
+    b.script(HANGING_FETCH_JS)
+    b.type("#prompt", "Renzo e Lucia")
+    b.click("#send")
+    wait_for(lambda: b.script("return document.getElementById('stop').disabled") is False, 10,
+             "the turn to start")
+    b.click("#stop")
+    a = wait_for(lambda: (lambda x: x if x and x["state"] != "streaming" else None)(last_answer(b)),
+                 10, "the page to show the stop")
+    assert a["state"] == "stopped" and not a["content"], a
+    # Nothing came, so the conversation holds no lone user message and the text is back.
+    assert b.script("return window.ds4chat.messages") == []
+    assert b.script("return document.getElementById('prompt').value") == "Renzo e Lucia"
+    assert b.script("return document.querySelector('#log .msg.user').classList.contains('failed')")
+
+    # New chat during a turn: the page is ready at once, and the old turn does not touch the
+    # new conversation when it settles.
+    b.click("#send")
+    wait_for(lambda: b.script("return document.getElementById('stop').disabled") is False, 10,
+             "the second turn to start")
+    b.click("#new-chat")
+    assert b.script("return document.getElementById('send').disabled") is False
+    assert b.script("return document.getElementById('stop').disabled") is True
+    assert b.script("return window.ds4chat.messages") == []
+    assert b.find_all("#log .msg") == []
+
+
 def test_api_key(tool, browser, tmp_path):
     """With --api-key the page loads without a key; its calls fail with the server's message
     until the key is entered in the settings, then carry it."""

@@ -220,6 +220,12 @@ function setBusy(busy) {
   $("status").textContent = busy ? "generating" : "";
 }
 
+// Removes a turn's user message from its conversation (the turn produced nothing to keep).
+function takeBack(conversation, userMsg) {
+  const i = conversation.lastIndexOf(userMsg);
+  if (i >= 0) conversation.splice(i, 1);
+}
+
 async function send() {
   const text = $("prompt").value;
   if (!text.trim() || state.controller) return;
@@ -264,21 +270,31 @@ async function send() {
     if (msg) conversation.push(msg);
   } catch (e) {
     if (controller.signal.aborted) {
-      // What came stays in the conversation: it is what the user saw.
+      // What came stays in the conversation: it is what the user saw. Stopped before anything
+      // came, the turn is taken back, so that the next one does not send two user messages.
       view.finish("stopped", "stopped");
       const msg = view.message();
-      if (msg) conversation.push(msg);
+      if (msg) {
+        conversation.push(msg);
+      } else {
+        userEl.classList.add("failed");
+        takeBack(conversation, userMsg);
+        if (!$("prompt").value && conversation === state.messages) $("prompt").value = text;
+      }
     } else {
       // The turn is taken back, so that sending again does not repeat the user message.
       view.finish("error", "error");
       view.showError(e.message || String(e));
       userEl.classList.add("failed");
-      conversation.splice(conversation.lastIndexOf(userMsg), 1);
+      takeBack(conversation, userMsg);
       if (!$("prompt").value) $("prompt").value = text;
     }
   } finally {
-    state.controller = null;
-    setBusy(false);
+    // New chat may have started another turn meanwhile: that one's state is not ours to reset.
+    if (state.controller === controller) {
+      state.controller = null;
+      setBusy(false);
+    }
   }
 }
 
@@ -288,6 +304,9 @@ function stop() {
 
 function newChat() {
   stop();
+  // Ready at once: the aborted turn settles into its own (old) conversation.
+  state.controller = null;
+  setBusy(false);
   state.messages = [];
   $("log").replaceChildren();
 }
