@@ -180,6 +180,14 @@ def server_cases(f):
     cases += [["-m", v, "--host", "256.0.0.1"] for v in path_values(f)]
     cases += [base + SSD + ["--ssd-streaming-cache-experts", v] for v in ["banana", "1", "0.5MB", "50%", LONG]]
     cases += [base + SSD + ["--cuda"], base + ["--ssd-streaming-cold"]]
+    # The disk KV cache: its directory (a file, missing parents, unwritable, garbage) and its
+    # numbers, with and without the directory they need.
+    kv = base + ["--kv-disk-dir", os.path.join(f["dir"], "kv")]
+    cases += [base + ["--kv-disk-dir", v] for v in path_values(f) + [LONG]]
+    for flag in ["--kv-disk-space-mb", "--kv-cache-min-tokens", "--kv-cache-cold-max-tokens",
+                 "--kv-cache-continued-interval-tokens", "--kv-cache-boundary-align-tokens"]:
+        cases += [kv + [flag, v] for v in NUMBERS] + [base + [flag, "1"]]
+    cases += [kv + ["--cuda"]]
     return cases + [base + ["--bogus"], base + ["--port"]]
 
 
