@@ -161,12 +161,14 @@ TEST(ResponsesRequest, BadBodiesName400Params) {
     EXPECT_EQ(param_of("[1]"), "?");
 }
 
+// A one-message turn with no history, for the store's tests.
+std::shared_ptr<ResponseTurn> turn(std::string text) {
+    return std::make_shared<ResponseTurn>(
+        nullptr, std::vector<ChatMessage>{{.role = "user", .content = std::move(text)}});
+}
+
 TEST(ResponsesStore, KeepsTheLastNAndEvictsTheOldest) {
     ResponsesStore s(2);
-    auto turn = [](std::string text) {
-        return std::make_shared<ResponseTurn>(
-            nullptr, std::vector<ChatMessage>{{.role = "user", .content = std::move(text)}});
-    };
     s.put("a", {json{{"id", "a"}}, turn("1")});
     s.put("b", {json{{"id", "b"}}, turn("2")});
     EXPECT_EQ(s.size(), 2u);
@@ -188,10 +190,6 @@ TEST(ResponsesStore, KeepsTheLastNAndEvictsTheOldest) {
 
 TEST(ResponsesStore, EraseRemovesOneAndFreesItsPlace) {
     ResponsesStore s(2);
-    auto turn = [](std::string text) {
-        return std::make_shared<ResponseTurn>(
-            nullptr, std::vector<ChatMessage>{{.role = "user", .content = std::move(text)}});
-    };
     s.put("a", {json{{"id", "a"}}, turn("1")});
     s.put("b", {json{{"id", "b"}}, turn("2")});
     EXPECT_TRUE(s.erase("a"));
