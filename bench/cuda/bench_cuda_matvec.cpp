@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_copy.h"
+#include "backend/cuda/expert_groups.h"
 #include "backend/cuda/float_matvec.h"
 #include "backend/cuda/hyper_connections.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
@@ -129,6 +130,42 @@ void bench_routed(cudaStream_t s, int reps, double copy_gbs, ds4::GgmlType type,
         for (int j = 0; j < launches; ++j)
             launch(w, dids.as<int32_t>() + (j * kUsed) % kExperts, int(kUsed), act, y.as<float>());
     });
+}
+
+// The prefill form of a routed projection (expert_matmul.cuh): a 256-token chunk's 1536 (token,
+// slot) pairs grouped by expert, spread (every expert ~6 pairs, one tile) or skewed (all tokens
+// on the same 6 experts, 32 tiles each). Per launch: the grouping and one grouped product; GB/s
+// counts the selected experts' weights once.
+template <class Weights, class Launch>
+void bench_grouped(cudaStream_t s, int reps, double copy_gbs, ds4::GgmlType type, const char *name,
+                   int64_t rows, int64_t k, bool x_per_pair, Launch &&launch) {
+    constexpr int kExperts = 256, kUsed = 6, kTokens = 256, kPairs = kTokens * kUsed;
+    const auto host = ds4::quant::random_blocks(type, int64_t(kExperts) * rows * k, 9);
+    const Weights w(host.data(), rows, k, kExperts);
+    const int64_t n_x = x_per_pair ? kPairs : kTokens;
+    DeviceBuffer dx(size_t(n_x * k) * 4), xq(size_t(n_x * k)), xd(size_t(n_x * k / 256) * 4),
+        xb(size_t(n_x * k / 16) * 2), y(size_t(kPairs * rows) * 4), dids(kPairs * 4),
+        offsets((kExperts + 1) * 4), order(kPairs * 4);
+    const auto x = ds4::quant::random_blocks(ds4::GgmlType::F32, n_x * k, 3);
+    DS4_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
+    const ds4::cuda::Q8_KActivation act{xq.as<int8_t>(), xd.as<float>(), xb.as<int16_t>()};
+    ds4::cuda::quantize_q8_K_activation(dx.as<float>(), n_x * k, act, s);
+    for (const bool skewed : {false, true}) {
+        std::vector<int32_t> ids(kPairs);
+        for (int p = 0; p < kPairs; ++p)
+            ids[size_t(p)] = skewed ? p % kUsed : int32_t((int64_t(p) * 37) % kExperts);
+        DS4_CUDA_CHECK(cudaMemcpy(dids.get(), ids.data(), dids.bytes(), cudaMemcpyHostToDevice));
+        const ds4::cuda::ExpertGroups g{offsets.as<int32_t>(), order.as<int32_t>(), kExperts,
+                                        x_per_pair ? 1 : kUsed, kTokens};
+        const int used = skewed ? kUsed : kExperts;
+        const double bytes = double(used) * double(ds4::quant::row_size(type, k)) * double(rows);
+        const std::string label = std::string(name) + (skewed ? " skewed" : " spread");
+        measure_row(s, reps, copy_gbs, label.c_str(), rows, k, bytes, 1, [&] {
+            ds4::cuda::group_by_expert(dids.as<int32_t>(), kPairs, kExperts, offsets.as<int32_t>(),
+                                       order.as<int32_t>(), s);
+            launch(w, g, act, y.as<float>());
+        });
+    }
 }
 
 // F16 matrices of one layer: the hyper-connection mixer (24 rows of 16384), the router, a
@@ -286,6 +323,17 @@ int run(int reps) {
         s, reps, copy_gbs, ds4::GgmlType::Q4_K, "routed q4_k x6", 2048, 4096,
         [&](const auto &w, const int32_t *ids, int n, const auto &act, float *y) {
             ds4::cuda::matvec_q4_K(w.experts(), ids, n, act, y, s);
+        });
+    fmt::print("\nprefill: a 256-token chunk's routed pairs grouped by expert\n");
+    bench_grouped<ds4::cuda::Iq2xxsWeights>(
+        s, reps, copy_gbs, ds4::GgmlType::IQ2_XXS, "grouped iq2_xxs", 2048, 4096, false,
+        [&](const auto &w, const auto &g, const auto &act, float *y) {
+            ds4::cuda::matmul_iq2_xxs_grouped(w.experts(), g, act, y, s);
+        });
+    bench_grouped<ds4::cuda::Q2KWeights>(
+        s, reps, copy_gbs, ds4::GgmlType::Q2_K, "grouped q2_k", 4096, 2048, true,
+        [&](const auto &w, const auto &g, const auto &act, float *y) {
+            ds4::cuda::matmul_q2_K_grouped(w.experts(), g, act, y, s);
         });
     bench_small_ops(s, reps);
     DS4_CUDA_CHECK(cudaGraphExecDestroy(ce_graph));

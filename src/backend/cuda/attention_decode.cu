@@ -20,9 +20,14 @@ constexpr int kMaxDim = 512, kMaxDimsPerLane = kMaxDim / 32;
 __global__ void __launch_bounds__(kThreads)
     scores_kernel(const float *__restrict__ q, const float *__restrict__ rows, int64_t n_rows,
                   int64_t n_heads, int64_t d, float *__restrict__ scores,
-                  const int64_t *__restrict__ n_rows_dev) {
+                  const int64_t *__restrict__ n_rows_dev, int64_t word_stride) {
     dev::wait_for_previous_kernels();
     __shared__ double tile[kRowsPerBlock][kMaxDim];
+    {  // the token of a batch (AttentionTokens)
+        const int64_t t = blockIdx.z;
+        q += t * n_heads * d, rows += t * n_rows * d, scores += t * n_heads * n_rows;
+        if (n_rows_dev) n_rows_dev += t * word_stride;
+    }
     if (n_rows_dev) n_rows = *n_rows_dev;
     const int64_t j0 = int64_t(blockIdx.x) * kRowsPerBlock;
     if (j0 >= n_rows) return;  // beyond the rows in use (the grid is sized for the most)
@@ -63,8 +68,13 @@ constexpr int kMixThreads = kHeadsPerBlock * kMixDims;
 __global__ void __launch_bounds__(kMixThreads)
     mix_kernel(const float *__restrict__ scores, const float *__restrict__ rows, int64_t n_rows,
                const float *__restrict__ sinks, float scale, int64_t n_heads, int64_t d,
-               float *__restrict__ o, const int64_t *__restrict__ n_rows_dev) {
+               float *__restrict__ o, const int64_t *__restrict__ n_rows_dev, int64_t word_stride) {
     dev::wait_for_previous_kernels();
+    {  // the token of a batch (AttentionTokens)
+        const int64_t t = blockIdx.z;
+        scores += t * n_heads * n_rows, rows += t * n_rows * d, o += t * n_heads * d;
+        if (n_rows_dev) n_rows_dev += t * word_stride;
+    }
     if (n_rows_dev) n_rows = *n_rows_dev;
     __shared__ float e[kHeadsPerBlock][kMixTile];
     __shared__ float v[kMixTile][kMixDims];
@@ -112,26 +122,31 @@ __global__ void __launch_bounds__(kMixThreads)
 }  // namespace
 
 void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
-                      float *scores, cudaStream_t stream, const int64_t *n_rows_dev) {
+                      float *scores, cudaStream_t stream, const int64_t *n_rows_dev,
+                      AttentionTokens tokens) {
     if (d % 32 != 0 || d > 512)
         throw ds4::Error("attention_scores: head size must be a multiple of 32, at most 512");
+    if (tokens.n < 1 || tokens.n > 65535)
+        throw ds4::Error("attention_scores: 1 to 65535 tokens a launch");
     if (n_rows == 0 || n_heads == 0) return;
     const dim3 grid(unsigned((n_rows + kRowsPerBlock - 1) / kRowsPerBlock),
-                    unsigned((n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
+                    unsigned((n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock), unsigned(tokens.n));
     launch_kernel(scores_kernel, grid, kThreads, 0, stream, q, rows, n_rows, n_heads, d, scores,
-                  n_rows_dev);
+                  n_rows_dev, tokens.word_stride);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 void attention_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks,
                    float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream,
-                   const int64_t *n_rows_dev) {
+                   const int64_t *n_rows_dev, AttentionTokens tokens) {
     if (d < 1) throw ds4::Error("attention_mix: head size must be at least 1");
+    if (tokens.n < 1 || tokens.n > 65535)
+        throw ds4::Error("attention_mix: 1 to 65535 tokens a launch");
     if (n_heads == 0) return;
     const dim3 grid(unsigned((n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock),
-                    unsigned((d + kMixDims - 1) / kMixDims));
+                    unsigned((d + kMixDims - 1) / kMixDims), unsigned(tokens.n));
     launch_kernel(mix_kernel, grid, kMixThreads, 0, stream, scores, rows, n_rows, sinks, scale,
-                  n_heads, d, o, n_rows_dev);
+                  n_heads, d, o, n_rows_dev, tokens.word_stride);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

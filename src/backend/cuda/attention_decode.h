@@ -15,17 +15,26 @@
 
 namespace ds4::cuda {
 
+// Several tokens in one launch (prefill): token t's q and o at + t n_heads d, its rows at
+// + t n_rows d and its scores at + t n_heads n_rows (n_rows: the launch's, the most rows a token
+// has), its row count at n_rows_dev + t word_stride.
+struct AttentionTokens {
+    int n = 1;
+    int64_t word_stride = 0;
+};
+
 // q: [n_heads][d]; rows: [n_rows][d]; scores: [n_heads][n_rows] (all device). d a multiple of
 // 32, at most 512.
 // n_rows_dev (device, optional): the row count read on the device, at most n_rows (which then
 // only sizes the grid), for a step captured once and replayed at every position.
 void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
-                      float *scores, cudaStream_t stream, const int64_t *n_rows_dev = nullptr);
+                      float *scores, cudaStream_t stream, const int64_t *n_rows_dev = nullptr,
+                      AttentionTokens tokens = {});
 
 // scores as attention_scores wrote them (read only); sinks: [n_heads]; o: [n_heads][d]. Any d,
 // any row count (e is staged a tile of rows at a time).
 void attention_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks,
                    float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream,
-                   const int64_t *n_rows_dev = nullptr);
+                   const int64_t *n_rows_dev = nullptr, AttentionTokens tokens = {});
 
 }  // namespace ds4::cuda

@@ -22,6 +22,9 @@
 //   struct XPiece; XPiece load_x(x in shared memory, xbsums, piece, sb)  the activations a piece
 //                  needs, loaded once per pass for all R rows
 //   struct Sums { ...ints... };  Sums dot(uint4 piece, xpiece, tables, lane, scales)
+//   struct Decoded;  Decoded decode(uint4 piece, tables, lane, scales, piece index) and
+//                  Sums dot_decoded(decoded, xpiece, scales): dot in two steps, so that a piece
+//                  decoded once serves several activation rows (expert_matmul.cuh)
 //   Sums add(Sums, Sums), Sums shuffle(Sums, lane_xor)   exact integer addition across lanes
 //   float term(Sums, Scales, dx)  the CPU's float term of one super-block
 //   kOutputScale                 a constant applied once to the row's sum (1/8 for IQ2_XXS)

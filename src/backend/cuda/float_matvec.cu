@@ -176,18 +176,23 @@ void launch(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x
     }
 }
 
-void run(const FloatMatrix &w, const Slots &sl, const float *x, float *y, void *scratch,
-         cudaStream_t stream) {
-    const Plan p = plan(w, sl.n_slots);
-    auto *counters = static_cast<unsigned *>(scratch);
-    auto *partial = reinterpret_cast<double *>(static_cast<char *>(scratch) +
-                                               (scratch ? kFloatMatvecCounterBytes : 0));
-    if (p.split > 1) {
-        if (!scratch) throw ds4::Error("matvec_float: this matrix needs scratch");
-        const int64_t groups = (w.n_rows + kThreads / p.tpr - 1) / (kThreads / p.tpr) * sl.n_slots;
-        if (size_t(groups) * sizeof(unsigned) > kFloatMatvecCounterBytes)
-            throw ds4::Error("matvec_float: more split row groups than counters");
-    }
+// The counters of a launch's split row groups (a multiple of 256 bytes, at least
+// kFloatMatvecCounterBytes).
+size_t counter_bytes(const FloatMatrix &w, const Plan &p, int64_t n_slots) {
+    const int64_t groups = (w.n_rows + kThreads / p.tpr - 1) / (kThreads / p.tpr) * n_slots;
+    return std::max(kFloatMatvecCounterBytes,
+                    (size_t(groups) * sizeof(unsigned) + 255) / 256 * 256);
+}
+
+size_t partial_bytes(const FloatMatrix &w, const Plan &p, int64_t n_slots) {
+    return p.split > 1 ? size_t(w.n_rows) * size_t(n_slots) * size_t(p.split) * sizeof(double) : 0;
+}
+
+// p: the plan (plan(w, n_slots), or a one-slot plan that every slot of a batch follows).
+void run(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
+         unsigned *counters, double *partial, cudaStream_t stream) {
+    if (p.split > 1 && (!counters || !partial))
+        throw ds4::Error("matvec_float: this matrix needs scratch");
     switch (w.type) {
         case GgmlType::F32:
             launch<GgmlType::F32>(w, p, sl, x, y, partial, counters, stream);
@@ -204,34 +209,66 @@ void run(const FloatMatrix &w, const Slots &sl, const float *x, float *y, void *
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
+// matvec's scratch: kFloatMatvecCounterBytes of counters, then the partial sums.
+size_t scratch_bytes(const FloatMatrix &w, const Plan &p, int64_t n_slots) {
+    return p.split > 1 ? kFloatMatvecCounterBytes + partial_bytes(w, p, n_slots) : 0;
+}
+
+void run_with_scratch(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x,
+                      float *y, void *scratch, cudaStream_t stream) {
+    if (p.split > 1 && counter_bytes(w, p, sl.n_slots) > kFloatMatvecCounterBytes)
+        throw ds4::Error("matvec_float: more split row groups than counters");
+    run(w, p, sl, x, y, static_cast<unsigned *>(scratch),
+        scratch
+            ? reinterpret_cast<double *>(static_cast<char *>(scratch) + kFloatMatvecCounterBytes)
+            : nullptr,
+        stream);
+}
+
 }  // namespace
 
 size_t float_matvec_scratch_bytes(const FloatMatrix &w) {
-    const Plan p = plan(w);
-    return p.split > 1
-               ? kFloatMatvecCounterBytes + size_t(w.n_rows) * size_t(p.split) * sizeof(double)
-               : 0;
+    return scratch_bytes(w, plan(w), 1);
 }
 
 void matvec_float(const FloatMatrix &w, const float *x, float *y, void *scratch,
                   cudaStream_t stream) {
     if (w.n_rows == 0) return;
-    run(w, Slots{}, x, y, scratch, stream);
+    run_with_scratch(w, plan(w), Slots{}, x, y, scratch, stream);
 }
 
 size_t float_matvec_experts_scratch_bytes(const FloatMatrix &w, int n_ids) {
     if (n_ids <= 0) return 0;
-    const Plan p = plan(w, n_ids);
-    return p.split > 1 ? kFloatMatvecCounterBytes +
-                             size_t(w.n_rows) * size_t(n_ids) * size_t(p.split) * sizeof(double)
-                       : 0;
+    return scratch_bytes(w, plan(w, n_ids), n_ids);
 }
 
 void matvec_float_experts(const FloatMatrix &w, const int32_t *ids, int n_ids, const float *x,
                           bool x_per_slot, float *y, void *scratch, cudaStream_t stream) {
     if (n_ids <= 0 || w.n_rows == 0) return;
     if (n_ids > 65535) throw ds4::Error("matvec_float_experts: at most 65535 slots");
-    run(w, Slots{ids, n_ids, x_per_slot}, x, y, scratch, stream);
+    run_with_scratch(w, plan(w, n_ids), Slots{ids, n_ids, x_per_slot}, x, y, scratch, stream);
+}
+
+size_t float_matmul_counter_bytes(const FloatMatrix &w, int64_t m) {
+    const Plan p = plan(w);
+    return m > 0 && p.split > 1 ? counter_bytes(w, p, m) : 0;
+}
+
+size_t float_matmul_partial_bytes(const FloatMatrix &w, int64_t m) {
+    return m > 0 ? partial_bytes(w, plan(w), m) : 0;
+}
+
+void matmul_float(const FloatMatrix &w, const float *X, int64_t m, float *Y,
+                  const FloatMatmulScratch &scratch, cudaStream_t stream) {
+    if (m <= 0 || w.n_rows == 0) return;
+    if (m > 65535) throw ds4::Error("matmul_float: at most 65535 rows a launch");
+    // Every row with the one-token plan: the same split of k, so each output is matvec's.
+    const Plan p = plan(w);
+    if (p.split > 1 && (scratch.counter_bytes < counter_bytes(w, p, m) ||
+                        scratch.partial_bytes < partial_bytes(w, p, m)))
+        throw ds4::Error("matmul_float: the scratch is smaller than this batch needs");
+    run(w, p, Slots{nullptr, int(m), true}, X, Y, static_cast<unsigned *>(scratch.counters),
+        static_cast<double *>(scratch.partial), stream);
 }
 
 }  // namespace ds4::cuda

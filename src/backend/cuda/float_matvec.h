@@ -48,4 +48,22 @@ size_t float_matvec_experts_scratch_bytes(const FloatMatrix &w, int n_ids);
 void matvec_float_experts(const FloatMatrix &w, const int32_t *ids, int n_ids, const float *x,
                           bool x_per_slot, float *y, void *scratch, cudaStream_t stream);
 
+// A batch's products (prefill): m activation rows X (m x k) into Y (m x n_rows), each output row
+// the bits matvec_float gives its row (every row splits k as one product does). The weights are
+// read once per row from the cache hierarchy (the mixers and the router are small). The scratch
+// has a fixed counter region, so that the partial sums of one matrix never land on the counters
+// of another: counters (zero before the first product; each product leaves them zero) of at
+// least float_matmul_counter_bytes(w, m) for every w and m it serves, partial sums of at least
+// float_matmul_partial_bytes(w, m).
+struct FloatMatmulScratch {
+    void *counters = nullptr;
+    size_t counter_bytes = 0;
+    void *partial = nullptr;
+    size_t partial_bytes = 0;
+};
+size_t float_matmul_counter_bytes(const FloatMatrix &w, int64_t m);
+size_t float_matmul_partial_bytes(const FloatMatrix &w, int64_t m);
+void matmul_float(const FloatMatrix &w, const float *X, int64_t m, float *Y,
+                  const FloatMatmulScratch &scratch, cudaStream_t stream);
+
 }  // namespace ds4::cuda

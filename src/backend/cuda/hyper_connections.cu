@@ -80,6 +80,11 @@ __global__ void __launch_bounds__(kMixCombineThreads)
                           const float *__restrict__ X, int64_t e, float *__restrict__ x) {
     dev::wait_for_previous_kernels();
     const int t = threadIdx.x;
+    {  // the token of a batch (hc_mix_combine's n_tokens)
+        const int64_t b = blockIdx.y, n_mix = 2 * n + n * n;
+        mt += b * n_mix, pre += b * n_mix, post += b * n_mix, comb += b * n_mix;
+        X += b * n * e, x += b * e;
+    }
     if (blockIdx.x > 0) {
         __shared__ float s_pre[kMaxHcStreams];
         if (t < n) s_pre[t] = pre_weight(mt, s, b, t, eps);
@@ -141,6 +146,10 @@ __global__ void hc_post_kernel(const float *__restrict__ post, const float *__re
     dev::wait_for_previous_kernels();
     const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (d >= e) return;
+    {  // the token of a batch (hc_post's n_tokens)
+        const int64_t b = blockIdx.y, n_mix = 2 * n + n * n;
+        post += b * n_mix, comb += b * n_mix, y += b * e, X += b * n * e;
+    }
     float xi[kMaxHcStreams];
     for (int i = 0; i < n; ++i) xi[i] = X[i * e + d];
     for (int j = 0; j < n; ++j) {
@@ -163,6 +172,11 @@ void check_streams(int n) {
         throw ds4::Error("hyper-connections on the GPU take 1 to 8 streams");
 }
 
+void check_tokens(int n_tokens) {
+    if (n_tokens < 1 || n_tokens > 65535)
+        throw ds4::Error("hyper-connections on the GPU take 1 to 65535 tokens a launch");
+}
+
 }  // namespace
 
 void hc_mix(const float *mixes, const float *scale, const float *base, int n, int sinkhorn_iters,
@@ -175,16 +189,23 @@ void hc_mix(const float *mixes, const float *scale, const float *base, int n, in
 
 void hc_mix_combine(const float *mixes, const float *scale, const float *base, int n,
                     int sinkhorn_iters, float eps, float *pre, float *post, float *comb,
-                    const float *X, int64_t e, float *x, cudaStream_t stream) {
+                    const float *X, int64_t e, float *x, cudaStream_t stream, int n_tokens) {
     check_streams(n);
-    if (n * n > 32) {  // more entries than a warp's lanes: the two kernels
-        hc_mix(mixes, scale, base, n, sinkhorn_iters, eps, pre, post, comb, stream);
-        hc_combine(pre, X, n, e, x, stream);
+    check_tokens(n_tokens);
+    if (n * n > 32) {  // more entries than a warp's lanes: the two kernels, token by token
+        const int64_t n_mix = 2 * n + n * n;
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const int64_t o = t * n_mix;
+            hc_mix(mixes + o, scale, base, n, sinkhorn_iters, eps, pre + o, post + o, comb + o,
+                   stream);
+            hc_combine(pre + o, X + t * n * e, n, e, x + t * e, stream);
+        }
         return;
     }
     const unsigned combine_blocks = unsigned((e + kMixCombineThreads - 1) / kMixCombineThreads);
-    launch_kernel(hc_mix_combine_kernel, 1 + combine_blocks, kMixCombineThreads, 0, stream, mixes,
-                  scale, base, n, sinkhorn_iters, eps, pre, post, comb, X, e, x);
+    launch_kernel(hc_mix_combine_kernel, dim3(1 + combine_blocks, unsigned(n_tokens)),
+                  kMixCombineThreads, 0, stream, mixes, scale, base, n, sinkhorn_iters, eps, pre,
+                  post, comb, X, e, x);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -203,11 +224,12 @@ void hc_combine(const float *pre, const float *X, int n, int64_t e, float *x, cu
 }
 
 void hc_post(const float *post, const float *comb, const float *y, int n, int64_t e, float *X,
-             cudaStream_t stream) {
+             cudaStream_t stream, int n_tokens) {
     check_streams(n);
+    check_tokens(n_tokens);
     if (e == 0) return;
-    launch_kernel(hc_post_kernel, unsigned((e + 255) / 256), 256, 0, stream, post, comb, y, n, e,
-                  X);
+    launch_kernel(hc_post_kernel, dim3(unsigned((e + 255) / 256), unsigned(n_tokens)), 256, 0,
+                  stream, post, comb, y, n, e, X);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -28,14 +28,17 @@ void hc_head_weights(const float *mixes, const float *scale, const float *base, 
 
 // hc_mix then hc_combine(pre, X, n, e, x), one launch when n^2 <= 32 (a warp's lanes hold
 // comb; the Sinkhorn sums are shuffles), the two kernels otherwise: the same bits either way.
+// n_tokens > 1: that many tokens at once, token t's mixes, pre, post and comb at + t (2 n + n^2),
+// its X at + t n e and its x at + t e (a batch's mix buffers, runtime/ops.h hc_pre).
 void hc_mix_combine(const float *mixes, const float *scale, const float *base, int n,
                     int sinkhorn_iters, float eps, float *pre, float *post, float *comb,
-                    const float *X, int64_t e, float *x, cudaStream_t stream);
+                    const float *X, int64_t e, float *x, cudaStream_t stream, int n_tokens = 1);
 
 // X: n streams of e values; x: e values.
 void hc_combine(const float *pre, const float *X, int n, int64_t e, float *x, cudaStream_t stream);
 
+// n_tokens > 1: token t's post and comb at + t (2 n + n^2), y at + t e, X at + t n e.
 void hc_post(const float *post, const float *comb, const float *y, int n, int64_t e, float *X,
-             cudaStream_t stream);
+             cudaStream_t stream, int n_tokens = 1);
 
 }  // namespace ds4::cuda

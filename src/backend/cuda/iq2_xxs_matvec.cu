@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/expert_matvec.cuh"
+#include "backend/cuda/expert_matmul.cuh"
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
 #include "common/error.h"
@@ -62,20 +62,31 @@ __device__ __forceinline__ int apply_signs(uint32_t mag, uint32_t mask) {
     return int((mag ^ mask) + (mask & 0x01010101u));
 }
 
-// sum over the 32 values of one group of (+-grid) * q, times (2 ls + 1): the CPU's group_sum
-// times its scale factor, exactly (int32).
-__device__ __forceinline__ int group_dot(const uint32_t *grid_sel, const uint2 *sign_masks,
-                                         int lane, uint32_t indices, uint32_t signs_scale,
-                                         const int *q) {
-    int sum = 0;
+// The 32 signed grid values of one group as 8 words of int8 (values 4 j .. 4 j + 3 in word j).
+__device__ __forceinline__ void decode_group(const uint32_t *grid_sel, const uint2 *sign_masks,
+                                             int lane, uint32_t indices, uint32_t signs_scale,
+                                             int (&w)[8]) {
 #pragma unroll
     for (int l = 0; l < 4; ++l) {
         const uint32_t sel = grid_sel[((indices >> (8 * l)) & 0xffu) * 32 + lane];
         const uint2 m = sign_masks[((signs_scale >> (7 * l)) & 127u) * 32 + lane];
-        sum = __dp4a(apply_signs(__byte_perm(kMagnitudes, 0, sel), m.x), q[2 * l], sum);
-        sum = __dp4a(apply_signs(__byte_perm(kMagnitudes, 0, sel >> 16), m.y), q[2 * l + 1], sum);
+        w[2 * l] = apply_signs(__byte_perm(kMagnitudes, 0, sel), m.x);
+        w[2 * l + 1] = apply_signs(__byte_perm(kMagnitudes, 0, sel >> 16), m.y);
     }
-    return sum * int(2 * (signs_scale >> 28) + 1);
+}
+
+// A group's scale factor 2 ls + 1 (ls: the top 4 bits of its sign word).
+__device__ __forceinline__ int group_scale(uint32_t signs_scale) {
+    return int(2 * (signs_scale >> 28) + 1);
+}
+
+// sum over the 32 values of one group of (+-grid) * q, times (2 ls + 1): the CPU's group_sum
+// times its scale factor, exactly (int32).
+__device__ __forceinline__ int group_dot(const int (&w)[8], const int *q, int scale) {
+    int sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sum = __dp4a(w[j], q[j], sum);
+    return sum * scale;
 }
 
 // The IQ2_XXS format for expert_matvec.cuh: a piece is two groups (64 values), its sum the
@@ -122,12 +133,28 @@ struct Iq2xxsFormat {
         }
         return x;
     }
-    __device__ static Sums dot(uint4 g, const XPiece &x, const uint8_t *t, int lane,
-                               const Scales &) {
+    // The piece's two groups as int8 values and their scale factors (expert_matmul.cuh decodes
+    // a piece once and dots it with several activation rows).
+    struct Decoded {
+        int w0[8], w1[8];
+        int scale0 = 0, scale1 = 0;
+    };
+    __device__ static Decoded decode(uint4 g, const uint8_t *t, int lane, const Scales &, int64_t) {
         const auto *grid = reinterpret_cast<const uint32_t *>(t);
         const auto *signs = reinterpret_cast<const uint2 *>(t + kGridTableBytes);
-        return {group_dot(grid, signs, lane, g.x, g.y, x.q) +
-                group_dot(grid, signs, lane, g.z, g.w, x.q + 8)};
+        Decoded d;
+        decode_group(grid, signs, lane, g.x, g.y, d.w0);
+        decode_group(grid, signs, lane, g.z, g.w, d.w1);
+        d.scale0 = group_scale(g.y);
+        d.scale1 = group_scale(g.w);
+        return d;
+    }
+    __device__ static Sums dot_decoded(const Decoded &d, const XPiece &x, const Scales &) {
+        return {group_dot(d.w0, x.q, d.scale0) + group_dot(d.w1, x.q + 8, d.scale1)};
+    }
+    __device__ static Sums dot(uint4 g, const XPiece &x, const uint8_t *t, int lane,
+                               const Scales &sc) {
+        return dot_decoded(decode(g, t, lane, sc, 0), x, sc);
     }
     __device__ static Sums add(Sums a, Sums b) {
         return {a.s + b.s};
@@ -166,6 +193,7 @@ Iq2xxsWeights::Iq2xxsWeights(const void *ggml_blocks, int64_t n_rows, int64_t k,
     d_ = DeviceBuffer(size_t(n_blocks) * sizeof(uint16_t));
     upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 2, kGroupBytes, qs_.get(), d_.get());
     expert_matvec::prepare<Iq2xxsFormat>();
+    expert_matmul::prepare<Iq2xxsFormat>();
     view_ = {qs_.as<uint8_t>(), d_.as<uint16_t>(), n_rows, k, n_experts};
 }
 
@@ -174,6 +202,14 @@ void matvec_iq2_xxs(const Iq2xxsExperts &w, const int32_t *ids, int n_ids, const
     if (n_ids <= 0 || w.n_rows == 0) return;
     expert_matvec::launch<Iq2xxsFormat>(w.qs, reinterpret_cast<const uint8_t *>(w.d), w.n_rows, w.k,
                                         ids, n_ids, x_per_slot, x.q, x.d, x.bsums, y, stream);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void matmul_iq2_xxs_grouped(const Iq2xxsExperts &w, const ExpertGroups &groups,
+                            const Q8_KActivation &x, float *y, cudaStream_t stream) {
+    if (w.n_rows == 0) return;
+    expert_matmul::launch<Iq2xxsFormat>(w.qs, reinterpret_cast<const uint8_t *>(w.d), w.n_rows, w.k,
+                                        groups, x.q, x.d, x.bsums, y, stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/expert_groups.h"
 #include "backend/cuda/q8_k_quantize.h"
 
 namespace ds4::cuda {
@@ -50,5 +51,10 @@ class Iq2xxsWeights {
 // every slot, or (x_per_slot) n_ids rows back to back, row i for slot i.
 void matvec_iq2_xxs(const Iq2xxsExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
                     float *y, cudaStream_t stream, bool x_per_slot = false);
+
+// A prefill chunk's pairs grouped by expert (expert_groups.h, expert_matmul.cuh): y[p * n_rows + r]
+// is row r of pair p's expert times the pair's activation row, the bits matvec_iq2_xxs gives it.
+void matmul_iq2_xxs_grouped(const Iq2xxsExperts &w, const ExpertGroups &groups,
+                            const Q8_KActivation &x, float *y, cudaStream_t stream);
 
 }  // namespace ds4::cuda

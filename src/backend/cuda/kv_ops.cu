@@ -29,9 +29,16 @@ __global__ void store_row_kernel(const float *__restrict__ row, int64_t d, bool 
 __global__ void gather_rows_kernel(const float *__restrict__ ring, int64_t window, int64_t first,
                                    int64_t n_raw, const float *__restrict__ comp,
                                    const int32_t *__restrict__ selected, int64_t d,
-                                   float *__restrict__ out, const int64_t *__restrict__ words) {
+                                   float *__restrict__ out, const int64_t *__restrict__ words,
+                                   int64_t word_stride, int64_t selected_stride) {
     dev::wait_for_previous_kernels();
     const int64_t i = blockIdx.x;
+    {  // the token of a batch (gather_rows_step's n_tokens): its rows after the previous ones
+        const int64_t t = blockIdx.y;
+        out += t * int64_t(gridDim.x) * d;
+        if (words) words += t * word_stride;
+        if (selected) selected += t * selected_stride;
+    }
     if (words) {  // first, n_raw, n_sel, use_selected, read on the device
         first = words[0];
         n_raw = words[1];
@@ -101,7 +108,7 @@ void gather_rows(const float *ring, int64_t window, int64_t first, int64_t n_raw
     if (n_rows == 0) return;
     if (n_rows > 0x7fffffff) throw ds4::Error("gather_rows: too many rows");
     launch_kernel(gather_rows_kernel, unsigned(n_rows), 128, 0, stream, ring, window, first, n_raw,
-                  comp, selected, d, out, nullptr);
+                  comp, selected, d, out, nullptr, int64_t(0), int64_t(0));
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -146,11 +153,15 @@ void store_row_at(const float *row, int64_t d, bool f16_round, float *base, cons
 
 void gather_rows_step(const float *ring, int64_t window, const float *comp, const int32_t *selected,
                       const int64_t *words, int64_t max_rows, int64_t d, float *out,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, int n_tokens, int64_t word_stride,
+                      int64_t selected_stride) {
     if (d <= 0 || window <= 0 || max_rows <= 0 || max_rows > 0x7fffffff)
         throw ds4::Error("gather_rows_step: bad window or row geometry");
-    launch_kernel(gather_rows_kernel, unsigned(max_rows), 128, 0, stream, ring, window, 0, 0, comp,
-                  selected, d, out, words);
+    if (n_tokens < 1 || n_tokens > 65535)
+        throw ds4::Error("gather_rows_step: 1 to 65535 tokens a launch");
+    launch_kernel(gather_rows_kernel, dim3(unsigned(max_rows), unsigned(n_tokens)), 128, 0, stream,
+                  ring, window, int64_t(0), int64_t(0), comp, selected, d, out, words, word_stride,
+                  selected_stride);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -60,9 +60,12 @@ void compressor_shift(float *state_kv, float *state_score, int ratio, int64_t wi
 // in one launch: row_finish.h, compared with compressor_pool and store_row_at here.)
 void store_row_at(const float *row, int64_t d, bool f16_round, float *base, const int64_t *index,
                   cudaStream_t stream);
+// gather_rows_step over n_tokens tokens at once (prefill): token t's words at words + t
+// word_stride, its selected ids at selected + t selected_stride, its rows at out + t max_rows d.
 void gather_rows_step(const float *ring, int64_t window, const float *comp, const int32_t *selected,
                       const int64_t *words, int64_t max_rows, int64_t d, float *out,
-                      cudaStream_t stream);
+                      cudaStream_t stream, int n_tokens = 1, int64_t word_stride = 0,
+                      int64_t selected_stride = 0);
 void compressor_push_step(const float *kv_in, const float *sc_in, const float *ape, int64_t width,
                           const int64_t *phase, int64_t slot_base, float *state_kv,
                           float *state_score, cudaStream_t stream);

@@ -29,11 +29,16 @@ __device__ __forceinline__ bool before(float v, int i, float w, int j) {
     return v > w || (v == w && i < j);
 }
 
-// One block: thread t owns experts t, t + 256, ...; n_used rounds of a block-wide argmax.
+// One block per token: thread t owns experts t, t + 256, ...; n_used rounds of a block-wide
+// argmax.
 __global__ void __launch_bounds__(kThreads)
     route_kernel(const float *__restrict__ logits, RouteDeviceParams p,
                  int32_t *__restrict__ experts, float *__restrict__ weights) {
     dev::wait_for_previous_kernels();
+    logits += int64_t(blockIdx.x) * p.n_expert;
+    experts += int64_t(blockIdx.x) * p.n_used;
+    weights += int64_t(blockIdx.x) * p.n_used;
+    if (p.token) p.token += blockIdx.x;
     __shared__ float prob[1024], biased[1024];
     __shared__ float best_v[kThreads / 32];
     __shared__ int best_i[kThreads / 32];
@@ -104,6 +109,9 @@ __global__ void sum_slots_kernel(const float *__restrict__ o, int n_slots, int64
     dev::wait_for_previous_kernels();
     const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (j >= n) return;
+    o += int64_t(blockIdx.y) * n_slots * n;
+    if (shared) shared += int64_t(blockIdx.y) * n;
+    y += int64_t(blockIdx.y) * n;
     float acc = 0.0f;
     for (int i = 0; i < n_slots; ++i) acc = __fadd_rn(acc, o[int64_t(i) * n + j]);
     if (shared) acc = __fadd_rn(acc, shared[j]);
@@ -117,13 +125,15 @@ unsigned blocks_for(int64_t n) {
 }  // namespace
 
 void route_experts(const float *logits, const RouteDeviceParams &p, int32_t *experts,
-                   float *weights, cudaStream_t stream) {
+                   float *weights, cudaStream_t stream, int n_tokens) {
     if (p.n_expert == 0 || p.n_expert > 1024 || p.n_used == 0 || p.n_used > 64 ||
         p.n_used > p.n_expert)
         throw ds4::Error("route_experts: the CUDA router takes up to 1024 experts, 64 selected");
     if (p.hash_table && (!p.token || p.hash_rows <= 0))
         throw ds4::Error("route_experts: a hash table needs the token and its row count");
-    launch_kernel(route_kernel, 1, kThreads, 0, stream, logits, p, experts, weights);
+    if (n_tokens <= 0) return;
+    launch_kernel(route_kernel, unsigned(n_tokens), kThreads, 0, stream, logits, p, experts,
+                  weights);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -137,9 +147,11 @@ void swiglu_slots(const float *g, const float *u, int n_slots, int64_t n, float 
 }
 
 void sum_slots(const float *o, int n_slots, int64_t n, const float *shared, float *y,
-               cudaStream_t stream) {
-    if (n == 0) return;
-    launch_kernel(sum_slots_kernel, blocks_for(n), kThreads, 0, stream, o, n_slots, n, shared, y);
+               cudaStream_t stream, int n_tokens) {
+    if (n == 0 || n_tokens <= 0) return;
+    if (n_tokens > 65535) throw ds4::Error("sum_slots: at most 65535 tokens a launch");
+    launch_kernel(sum_slots_kernel, dim3(blocks_for(n), unsigned(n_tokens)), kThreads, 0, stream, o,
+                  n_slots, n, shared, y);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -26,17 +26,20 @@ struct RouteDeviceParams {
     int64_t hash_rows = 0;
 };
 
-// logits: n_expert floats (device); experts, weights: n_used each (device).
+// logits: n_expert floats (device); experts, weights: n_used each (device). n_tokens > 1 routes
+// that many tokens in one launch (a block each): logits, experts, weights and p.token advance by
+// a token's n_expert, n_used, n_used and 1.
 void route_experts(const float *logits, const RouteDeviceParams &p, int32_t *experts,
-                   float *weights, cudaStream_t stream);
+                   float *weights, cudaStream_t stream, int n_tokens = 1);
 
 // out[i][j] = silu(min(g, c)) * clamp(u, -c, c) * weights[i] for slot i < n_slots, j < n
 // (no clamp when c <= 1e-6; weights may be null: 1). g, u, out: [n_slots][n].
 void swiglu_slots(const float *g, const float *u, int n_slots, int64_t n, float clamp,
                   const float *weights, float *out, cudaStream_t stream);
 
-// y[j] = ((o[0][j] + o[1][j]) + ...) + shared[j] (shared may be null).
+// y[j] = ((o[0][j] + o[1][j]) + ...) + shared[j] (shared may be null); n_tokens such sums, token
+// t's at o + t n_slots n, shared + t n and y + t n.
 void sum_slots(const float *o, int n_slots, int64_t n, const float *shared, float *y,
-               cudaStream_t stream);
+               cudaStream_t stream, int n_tokens = 1);
 
 }  // namespace ds4::cuda

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/expert_matvec.cuh"
+#include "backend/cuda/expert_matmul.cuh"
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/q2_k_matvec.h"
 #include "common/error.h"
@@ -57,22 +57,47 @@ struct Q2KFormat {
         xp.part = part;
         return xp;
     }
-    __device__ static Sums dot(uint4 g, const XPiece &xp, const uint8_t *, int, const Scales &sc) {
-        Sums out;
+    // The piece's quants for each shift s (4 words of 2-bit values as bytes) and its sub-blocks'
+    // scale and min nibbles (expert_matmul.cuh decodes a piece once for several activation rows).
+    struct Decoded {
+        int q[4][4];
+        int scale[4], min[4];
+    };
+    __device__ static Decoded decode_part(uint4 g, const Scales &sc, int part) {
+        Decoded d;
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
             const uint32_t m = 0x03030303u;
-            int sub = __dp4a(int((g.x >> (2 * s)) & m), xp.x[s].x, 0);
-            sub = __dp4a(int((g.y >> (2 * s)) & m), xp.x[s].y, sub);
-            sub = __dp4a(int((g.z >> (2 * s)) & m), xp.x[s].z, sub);
-            sub = __dp4a(int((g.w >> (2 * s)) & m), xp.x[s].w, sub);
+            d.q[s][0] = int((g.x >> (2 * s)) & m);
+            d.q[s][1] = int((g.y >> (2 * s)) & m);
+            d.q[s][2] = int((g.z >> (2 * s)) & m);
+            d.q[s][3] = int((g.w >> (2 * s)) & m);
             // scale byte 8 h + 2 s + part is byte 2 s + part of the 8 loaded
-            const int b = 2 * s + xp.part;
+            const int b = 2 * s + part;
             const uint32_t byte = ((b < 4 ? sc.sc0 : sc.sc1) >> (8 * (b % 4))) & 0xffu;
-            out.scaled += int(byte & 0xfu) * sub;
-            out.mins += xp.bsums[s] * int(byte >> 4);
+            d.scale[s] = int(byte & 0xfu);
+            d.min[s] = int(byte >> 4);
+        }
+        return d;
+    }
+    __device__ static Decoded decode(uint4 g, const uint8_t *, int, const Scales &sc, int64_t p) {
+        return decode_part(g, sc, int(p % 4) % 2);
+    }
+    __device__ static Sums dot_decoded(const Decoded &d, const XPiece &xp, const Scales &) {
+        Sums out;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            int sub = __dp4a(d.q[s][0], xp.x[s].x, 0);
+            sub = __dp4a(d.q[s][1], xp.x[s].y, sub);
+            sub = __dp4a(d.q[s][2], xp.x[s].z, sub);
+            sub = __dp4a(d.q[s][3], xp.x[s].w, sub);
+            out.scaled += d.scale[s] * sub;
+            out.mins += xp.bsums[s] * d.min[s];
         }
         return out;
+    }
+    __device__ static Sums dot(uint4 g, const XPiece &xp, const uint8_t *, int, const Scales &sc) {
+        return dot_decoded(decode_part(g, sc, xp.part), xp, sc);
     }
     __device__ static Sums add(Sums a, Sums b) {
         return {a.scaled + b.scaled, a.mins + b.mins};
@@ -115,6 +140,7 @@ Q2KWeights::Q2KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64
     records_ = DeviceBuffer(size_t(n_blocks) * kQ2KRecordBytes);
     upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 16, 64, qs_.get(), records_.get());
     expert_matvec::prepare<Q2KFormat>();
+    expert_matmul::prepare<Q2KFormat>();
     view_ = {qs_.as<uint8_t>(), records_.as<uint8_t>(), n_rows, k, n_experts};
 }
 
@@ -123,6 +149,14 @@ void matvec_q2_K(const Q2KExperts &w, const int32_t *ids, int n_ids, const Q8_KA
     if (n_ids <= 0 || w.n_rows == 0) return;
     expert_matvec::launch<Q2KFormat>(w.qs, w.records, w.n_rows, w.k, ids, n_ids, x_per_slot, x.q,
                                      x.d, x.bsums, y, stream);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void matmul_q2_K_grouped(const Q2KExperts &w, const ExpertGroups &groups, const Q8_KActivation &x,
+                         float *y, cudaStream_t stream) {
+    if (w.n_rows == 0) return;
+    expert_matmul::launch<Q2KFormat>(w.qs, w.records, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
+                                     stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

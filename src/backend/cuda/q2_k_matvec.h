@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/expert_groups.h"
 #include "backend/cuda/q8_k_quantize.h"
 
 namespace ds4::cuda {
@@ -46,5 +47,10 @@ class Q2KWeights {
 
 void matvec_q2_K(const Q2KExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
                  float *y, cudaStream_t stream, bool x_per_slot = false);
+
+// A prefill chunk's pairs grouped by expert (expert_groups.h, expert_matmul.cuh): y[p * n_rows + r]
+// is row r of pair p's expert times the pair's activation row, the bits matvec_q2_K gives it.
+void matmul_q2_K_grouped(const Q2KExperts &w, const ExpertGroups &groups, const Q8_KActivation &x,
+                         float *y, cudaStream_t stream);
 
 }  // namespace ds4::cuda

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/expert_matvec.cuh"
+#include "backend/cuda/expert_matmul.cuh"
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/q4_k_matvec.h"
 #include "common/error.h"
@@ -63,23 +63,46 @@ struct Q4KFormat {
             m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
         }
     }
-    __device__ static Sums dot(uint4 g, const XPiece &xp, const uint8_t *, int, const Scales &sc) {
+    // The piece's low and high nibbles (its values of sub-blocks 2 c and 2 c + 1) and their
+    // scales and mins (expert_matmul.cuh decodes a piece once for several activation rows).
+    struct Decoded {
+        int lo[4], hi[4];
+        int sc_lo = 0, m_lo = 0, sc_hi = 0, m_hi = 0;
+    };
+    __device__ static Decoded decode_chunk(uint4 g, const Scales &sc, int c) {
         const uint32_t m = 0x0f0f0f0fu;
-        int lo = __dp4a(int(g.x & m), xp.lo.x, 0);
-        lo = __dp4a(int(g.y & m), xp.lo.y, lo);
-        lo = __dp4a(int(g.z & m), xp.lo.z, lo);
-        lo = __dp4a(int(g.w & m), xp.lo.w, lo);
-        int hi = __dp4a(int((g.x >> 4) & m), xp.hi.x, 0);
-        hi = __dp4a(int((g.y >> 4) & m), xp.hi.y, hi);
-        hi = __dp4a(int((g.z >> 4) & m), xp.hi.z, hi);
-        hi = __dp4a(int((g.w >> 4) & m), xp.hi.w, hi);
+        Decoded d;
+        const uint32_t w[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            d.lo[i] = int(w[i] & m);
+            d.hi[i] = int((w[i] >> 4) & m);
+        }
         const uint8_t *s = reinterpret_cast<const uint8_t *>(&sc.header) + 4;
-        int sc_lo, m_lo, sc_hi, m_hi;
-        scale_min(s, 2 * xp.c, sc_lo, m_lo);
-        scale_min(s, 2 * xp.c + 1, sc_hi, m_hi);
-        return {sc_lo * lo + sc_hi * hi, m_lo * xp.bs_lo + m_hi * xp.bs_hi};
+        scale_min(s, 2 * c, d.sc_lo, d.m_lo);
+        scale_min(s, 2 * c + 1, d.sc_hi, d.m_hi);
+        return d;
     }
-    __device__ static Sums add(Sums a, Sums b) { return {a.scaled + b.scaled, a.mins + b.mins}; }
+    __device__ static Decoded decode(uint4 g, const uint8_t *, int, const Scales &sc, int64_t p) {
+        return decode_chunk(g, sc, int(p % 8) / 2);
+    }
+    __device__ static Sums dot_decoded(const Decoded &d, const XPiece &xp, const Scales &) {
+        int lo = __dp4a(d.lo[0], xp.lo.x, 0);
+        lo = __dp4a(d.lo[1], xp.lo.y, lo);
+        lo = __dp4a(d.lo[2], xp.lo.z, lo);
+        lo = __dp4a(d.lo[3], xp.lo.w, lo);
+        int hi = __dp4a(d.hi[0], xp.hi.x, 0);
+        hi = __dp4a(d.hi[1], xp.hi.y, hi);
+        hi = __dp4a(d.hi[2], xp.hi.z, hi);
+        hi = __dp4a(d.hi[3], xp.hi.w, hi);
+        return {d.sc_lo * lo + d.sc_hi * hi, d.m_lo * xp.bs_lo + d.m_hi * xp.bs_hi};
+    }
+    __device__ static Sums dot(uint4 g, const XPiece &xp, const uint8_t *, int, const Scales &sc) {
+        return dot_decoded(decode_chunk(g, sc, xp.c), xp, sc);
+    }
+    __device__ static Sums add(Sums a, Sums b) {
+        return {a.scaled + b.scaled, a.mins + b.mins};
+    }
     __device__ static Sums shuffle(Sums a, int x) {
         return {__shfl_xor_sync(0xffffffffu, a.scaled, x), __shfl_xor_sync(0xffffffffu, a.mins, x)};
     }
@@ -115,6 +138,7 @@ Q4KWeights::Q4KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64
     headers_ = DeviceBuffer(size_t(n_blocks) * 16);
     upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 16, 128, qs_.get(), headers_.get());
     expert_matvec::prepare<Q4KFormat>();
+    expert_matmul::prepare<Q4KFormat>();
     view_ = {qs_.as<uint8_t>(), headers_.as<uint8_t>(), n_rows, k, n_experts};
 }
 
@@ -123,6 +147,14 @@ void matvec_q4_K(const Q4KExperts &w, const int32_t *ids, int n_ids, const Q8_KA
     if (n_ids <= 0 || w.n_rows == 0) return;
     expert_matvec::launch<Q4KFormat>(w.qs, w.headers, w.n_rows, w.k, ids, n_ids, x_per_slot, x.q,
                                      x.d, x.bsums, y, stream);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void matmul_q4_K_grouped(const Q4KExperts &w, const ExpertGroups &groups, const Q8_KActivation &x,
+                         float *y, cudaStream_t stream) {
+    if (w.n_rows == 0) return;
+    expert_matmul::launch<Q4KFormat>(w.qs, w.headers, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
+                                     stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/expert_groups.h"
 #include "backend/cuda/q8_k_quantize.h"
 
 namespace ds4::cuda {
@@ -44,5 +45,10 @@ class Q4KWeights {
 // As matvec_q2_K (q2_k_matvec.h).
 void matvec_q4_K(const Q4KExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
                  float *y, cudaStream_t stream, bool x_per_slot = false);
+
+// A prefill chunk's pairs grouped by expert (expert_groups.h, expert_matmul.cuh): y[p * n_rows + r]
+// is row r of pair p's expert times the pair's activation row, the bits matvec_q4_K gives it.
+void matmul_q4_K_grouped(const Q4KExperts &w, const ExpertGroups &groups, const Q8_KActivation &x,
+                         float *y, cudaStream_t stream);
 
 }  // namespace ds4::cuda

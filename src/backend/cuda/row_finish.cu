@@ -17,7 +17,10 @@ __global__ void __launch_bounds__(kThreads) row_finish_kernel(const RowFinish p)
     __shared__ float s_scale;
     const int64_t d = p.d, r = blockIdx.x;
     const int t = threadIdx.x;
-    if (p.index && *p.index < 0) return;  // nothing to store (the whole block agrees)
+    const int64_t token = p.rows_per_token ? r / p.rows_per_token : 0;
+    const int64_t *pos = p.pos ? p.pos + token * p.word_stride : nullptr;
+    const int64_t *index = p.index ? p.index + token * p.word_stride : nullptr;
+    if (index && *index < 0) return;  // nothing to store (the whole block agrees)
     for (int64_t i = t; i < d; i += kThreads)
         v[i] = p.state_kv
                    ? dev::pool_column(p.state_kv, p.state_score, p.ratio, p.overlap, d, p.width, i)
@@ -33,7 +36,7 @@ __global__ void __launch_bounds__(kThreads) row_finish_kernel(const RowFinish p)
     }
     if (p.freqs) {
         for (int64_t k = t; k < p.n_freq; k += kThreads)
-            dev::rope_pair(v + d - 2 * p.n_freq, k, p.freqs[k], *p.pos, false);
+            dev::rope_pair(v + d - 2 * p.n_freq, k, p.freqs[k], *pos, false);
         __syncthreads();
     }
     if (p.rounding == RowRounding::Fp8) {
@@ -45,7 +48,7 @@ __global__ void __launch_bounds__(kThreads) row_finish_kernel(const RowFinish p)
         dev::indexer_qat_row(v, d);
     }
     if (p.table) {
-        float *dst = p.table + (p.index ? *p.index : 0) * d;
+        float *dst = p.table + (index ? *index : 0) * d;
         for (int64_t i = t; i < d; i += kThreads)
             dst[i] = p.f16 ? dev::f16_bits_to_f32(dev::f32_to_f16_bits(v[i])) : v[i];
     } else {
@@ -63,8 +66,11 @@ void row_finish(const RowFinish &p, cudaStream_t stream) {
         throw ds4::Error("row_finish: the indexer rounding needs a power-of-two length");
     if (p.rounding == RowRounding::Fp8 && (p.n_fp8 < 0 || p.n_fp8 > p.d))
         throw ds4::Error("row_finish: FP8 values beyond the row");
-    if ((p.state_kv || p.table) && p.n_rows != 1)
-        throw ds4::Error("row_finish: pooling and storing take one row");
+    if (p.state_kv && p.n_rows != 1) throw ds4::Error("row_finish: pooling takes one row");
+    if (p.table && p.n_rows != 1 && p.rows_per_token != 1)
+        throw ds4::Error("row_finish: storing takes one row a token");
+    if (p.rows_per_token < 0 || (p.rows_per_token > 0 && p.n_rows % p.rows_per_token != 0))
+        throw ds4::Error("row_finish: rows must be whole tokens");
     if (!p.state_kv && !p.rows) throw ds4::Error("row_finish: no source");
     if (!p.table && !p.out) throw ds4::Error("row_finish: no destination");
     if (p.n_rows <= 0) return;

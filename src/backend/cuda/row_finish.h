@@ -38,6 +38,11 @@ struct RowFinish {
     float *table = nullptr;  // store to table + *index * d
     const int64_t *index = nullptr;
     bool f16 = false;
+    // Several tokens' rows in one launch (prefill): row r belongs to token r / rows_per_token,
+    // whose position is at pos + token word_stride and, storing one row a token, whose table
+    // index is at index + token word_stride. 0: every row is one token's.
+    int64_t rows_per_token = 0;
+    int64_t word_stride = 0;
 };
 
 void row_finish(const RowFinish &p, cudaStream_t stream);

@@ -95,10 +95,12 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void rope_kernel(float *__restrict__ heads, int64_t n_heads, int64_t head_dim,
                             const double *__restrict__ freqs, int64_t n_freq,
-                            const int64_t *__restrict__ pos, bool inverse) {
+                            const int64_t *__restrict__ pos, bool inverse, int64_t pos_stride) {
     dev::wait_for_previous_kernels();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n_heads * n_freq) return;
+    heads += int64_t(blockIdx.y) * n_heads * head_dim;  // the token of a batch
+    pos += int64_t(blockIdx.y) * pos_stride;
     const int64_t h = i / n_freq, k = i % n_freq;
     dev::rope_pair(heads + h * head_dim + head_dim - 2 * n_freq, k, freqs[k], *pos, inverse);
 }
@@ -164,12 +166,15 @@ bool rms_norm_q8_0(const float *x, const float *w, float *y, int64_t n_rows, int
 }
 
 void rope_tail(float *heads, int64_t n_heads, int64_t head_dim, const double *freqs, int64_t n_freq,
-               const int64_t *pos, bool inverse, cudaStream_t stream) {
+               const int64_t *pos, bool inverse, cudaStream_t stream, int n_tokens,
+               int64_t pos_stride) {
     if (2 * n_freq > head_dim) throw ds4::Error("rope_tail: more rotary dims than the head has");
+    if (n_tokens < 1 || n_tokens > 65535) throw ds4::Error("rope_tail: 1 to 65535 tokens a launch");
     const int64_t total = n_heads * n_freq;
     if (total == 0) return;
-    launch_kernel(rope_kernel, unsigned((total + kThreads - 1) / kThreads), kThreads, 0, stream,
-                  heads, n_heads, head_dim, freqs, n_freq, pos, inverse);
+    launch_kernel(rope_kernel,
+                  dim3(unsigned((total + kThreads - 1) / kThreads), unsigned(n_tokens)), kThreads,
+                  0, stream, heads, n_heads, head_dim, freqs, n_freq, pos, inverse, pos_stride);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

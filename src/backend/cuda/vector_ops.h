@@ -28,8 +28,11 @@ bool rms_norm_q8_0(const float *x, const float *w, float *y, int64_t n_rows, int
 
 // n_heads heads of head_dim values back to back; the last 2 n_freq values of each are rotated
 // at position *pos (device) with frequencies freqs[n_freq] (device, double).
+// n_tokens > 1: that many tokens' heads back to back (n_heads each), token t's position at
+// pos + t pos_stride.
 void rope_tail(float *heads, int64_t n_heads, int64_t head_dim, const double *freqs, int64_t n_freq,
-               const int64_t *pos, bool inverse, cudaStream_t stream);
+               const int64_t *pos, bool inverse, cudaStream_t stream, int n_tokens = 1,
+               int64_t pos_stride = 0);
 
 // In place over n_rows rows of n values, blocks of `block` within each row (the last shorter).
 void fp8_e4m3_sim(float *x, int64_t n_rows, int64_t n, int64_t block, cudaStream_t stream);

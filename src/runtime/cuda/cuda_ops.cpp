@@ -11,6 +11,7 @@
 #include "backend/cpu/rope.h"
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/expert_groups.h"
 #include "backend/cuda/hyper_connections.h"
 #include "backend/cuda/indexer_ops.h"
 #include "backend/cuda/kv_ops.h"
@@ -94,11 +95,14 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
 
     // Attention state, allocated up front (kv_bytes() is what is used), as KvCache does.
     kv_.resize(hp.n_layer);
+    // A batch stores all its KV rows before any of its tokens attends: the ring holds the window
+    // and the batch (the window a token sees is then never overwritten by a later token's row).
+    ring_rows_ = int64_t(hp.sliding_window) + (max_batch > 1 ? int64_t(max_batch) : 0);
     size_t max_visible = hp.sliding_window;
     uint32_t max_comp = 0;
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
         LayerKv &L = kv_[il];
-        L.raw = device_array<float>(size_t(hp.sliding_window) * D);
+        L.raw = device_array<float>(size_t(ring_rows_) * D);
         const uint32_t r = hp.compress_ratio[il];
         if (r == 0) continue;
         if (!ratio_row_.count(r)) ratio_row_.emplace(r, ratio_row_.size());
@@ -166,15 +170,34 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     flat_ = device_array<float>(size_t(hp.n_hc) * hp.n_embd);
     mixes_ = device_array<float>(hp.n_hc_mix());
     head_w_ = device_array<float>(hp.n_hc);
-    rows_ = device_array<float>(max_visible * D);
-    scores_ = device_array<float>(max_visible * hp.n_head);
+    // Attention of a batch: up to attend_batch_ tokens' visible rows and scores at once (64
+    // tokens of the Flash layout's 640 rows of 512 values: 84 MB).
+    attend_batch_ = std::min<int64_t>(max_batch, 64);
+    rows_ = device_array<float>(size_t(attend_batch_) * max_visible * D);
+    scores_ = device_array<float>(size_t(attend_batch_) * max_visible * hp.n_head);
     idx_scores_ = device_array<float>(max_comp);
-    selected_ = device_array<int32_t>(hp.idx_top_k);
+    selected_ = device_array<int32_t>(size_t(max_batch) * hp.idx_top_k);
     topk_scratch_ = cuda::DeviceBuffer(std::max<size_t>(cuda::top_k_scratch_bytes(max_comp), 16));
     expert_ids_ = device_array<int32_t>(size_t(max_batch) * K);
     expert_w_ = device_array<float>(size_t(max_batch) * K);
-    gate_ = device_array<float>(K * F);
-    up_ = device_array<float>(K * F);
+    gate_ = device_array<float>(size_t(max_batch) * K * F);
+    up_ = device_array<float>(size_t(max_batch) * K * F);
+    if (max_batch > 1) {  // prefill's scratch
+        flat_batch_ = device_array<float>(size_t(max_batch) * hp.n_hc * hp.n_embd);
+        mixes_batch_ = device_array<float>(size_t(max_batch) * hp.n_hc_mix());
+        const auto [counters, partial] = m_.float_matmul_scratch_bytes(max_batch);
+        float_batch_counters_ = cuda::DeviceBuffer(std::max<size_t>(counters, 16));
+        float_batch_partial_ = cuda::DeviceBuffer(std::max<size_t>(partial, 16));
+        DS4_CUDA_CHECK(cudaMemset(float_batch_counters_.get(), 0, float_batch_counters_.bytes()));
+        float_batch_scratch_ = {float_batch_counters_.get(), counters, float_batch_partial_.get(),
+                                partial};
+        const size_t n = size_t(max_batch) * std::max<size_t>(hp.n_embd, K * F);
+        q8k_batch_q_ = device_array<int8_t>(n);
+        q8k_batch_d_ = device_array<float>(n / 256 + 1);
+        q8k_batch_bsums_ = device_array<int16_t>(n / 16 + 1);
+        expert_offsets_ = device_array<int32_t>(size_t(hp.n_expert) + 1);
+        expert_order_ = device_array<int32_t>(size_t(max_batch) * K);
+    }
     DS4_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -207,7 +230,7 @@ void CudaOps::begin_batch(std::span<const int32_t> tokens) {
                       n_raw = p - first + 1;
         int64_t *w = positions_host_ + t * step_words();
         w[kPos] = p;
-        w[kRingSlot] = p % W;
+        w[kRingSlot] = p % ring_rows_;
         const int64_t plain[4] = {first, n_raw, 0, 0};
         std::copy(plain, plain + 4, w + kPlainGather);
         w[kPlainRows] = n_raw;
@@ -294,6 +317,16 @@ cuda::Q8_KActivation CudaOps::quantize_q8_k(const float *x, int64_t n) {
     return a;
 }
 
+cuda::Q8_KActivation CudaOps::quantize_q8_k_batch(const float *x, int64_t n) {
+    if (size_t(n) > q8k_batch_q_.bytes())
+        throw Error(fmt::format("CUDA backend: {} activations exceed the batch scratch of {}", n,
+                                q8k_batch_q_.bytes()));
+    const cuda::Q8_KActivation a{q8k_batch_q_.as<int8_t>(), q8k_batch_d_.as<float>(),
+                                 q8k_batch_bsums_.as<int16_t>()};
+    cuda::quantize_q8_K_activation(x, n, a, s_);
+    return a;
+}
+
 void CudaOps::quantize_q8_0(const float *x, int64_t n) {
     if (quantized_q8_0_.x == x && quantized_q8_0_.n == n) return;
     if (size_t(n) > xq_.bytes())
@@ -372,6 +405,10 @@ void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
                           s_);
         return;
     }
+    if (d.raw.get() && m > 1) {  // a batch of float products: one launch, each row matvec's bits
+        cuda::matmul_float(d.float_matrix(), X, m, Y, float_batch_scratch_, s_);
+        return;
+    }
     for (int64_t t = 0; t < m; ++t) matvec(d, X + t * d.k, Y + t * d.n_rows);
     // The output may overwrite the input whose quantization the scratch holds.
     const float *q = quantized_q8_0_.x;
@@ -444,6 +481,19 @@ void CudaOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix,
     const int n = int(hp_.n_hc);
     const int64_t E = hp_.n_embd, width = int64_t(n) * E, n_mix = hp_.n_hc_mix();
     const DeviceMatrix &fn = m_.matrix(hc.fn);
+    if (m > 1 && fn.raw.get()) {  // a batch: each launch over every token, each token's bits
+        {
+            const ProfileScope scope = weight_scope("hc_pre norm+mixer", hc.fn, double(m));
+            cuda::rms_norm(X, nullptr, flat_batch_.as<float>(), m, width, hp_.rms_eps, s_);
+            cuda::matmul_float(fn.float_matrix(), flat_batch_.as<float>(), m,
+                               mixes_batch_.as<float>(), float_batch_scratch_, s_);
+        }
+        const ProfileScope scope(profile_, s_, "hc_pre sinkhorn+combine");
+        cuda::hc_mix_combine(mixes_batch_.as<float>(), m_.vec(hc.scale), m_.vec(hc.base), n,
+                             int(hp_.sinkhorn_iters), hp_.hc_eps, mix, mix + n, mix + 2 * n, X, E,
+                             x_in, s_, int(m));
+        return;
+    }
     for (int64_t t = 0; t < m; ++t) {
         float *mt = mix + t * n_mix;
         {
@@ -463,12 +513,9 @@ void CudaOps::hc_post(const float *mix, const float *y, int64_t m, float *X) {
                       reinterpret_cast<uintptr_t>(X)}))
         return;
     const int n = int(hp_.n_hc);
-    const int64_t E = hp_.n_embd, n_mix = hp_.n_hc_mix();
+    const int64_t E = hp_.n_embd;
     const ProfileScope scope(profile_, s_, "hc_post");
-    for (int64_t t = 0; t < m; ++t) {
-        const float *mt = mix + t * n_mix;
-        cuda::hc_post(mt + n, mt + 2 * n, y + t * E, n, E, X + t * n * E, s_);
-    }
+    cuda::hc_post(mix + n, mix + 2 * n, y, n, E, X, s_, int(m));
 }
 
 void CudaOps::hc_head(const float *X, float *out) {
@@ -528,98 +575,124 @@ void CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *
 }
 
 void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, float *O) {
-    const model::HParams &hp = hp_;
-    const model::LayerWeights &L = m_.weights().layers[il];
-    LayerKv &st = kv_[il];
-    const int64_t H = hp.n_head, D = hp.head_dim, window = hp.sliding_window;
-    const int64_t n_freq = hp.n_rot / 2;
-    const uint32_t r = hp.compress_ratio[il];
-    const bool compressed = r != 0;
-    const bool indexed = hp.attention_kind(il) == model::AttentionKind::Overlapped;
-    const int64_t cap = compressed ? int64_t(ctx_ / r + 1) : 0;
     if (replaying(8, {il, reinterpret_cast<uintptr_t>(in.q), reinterpret_cast<uintptr_t>(O),
                       uint64_t(m)}))
         return;
-    const bool selects = indexed && cap > int64_t(hp.idx_top_k);  // the indexer can select
-    const int64_t max_rows =
-        window + (compressed ? (indexed ? std::min<int64_t>(cap, hp.idx_top_k) : cap) : 0);
-    const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
-    for (int64_t t = 0; t < m; ++t) {
-        const int64_t *pos = word(t, kPos);
-        float *q = in.q + t * H * D;
-        auto qkv_scope =
-            std::make_optional<ProfileScope>(profile_, s_, "attn q/kv norm+rope+store");
-        // Each head of q: rmsnorm and RoPE, in place (row_finish.h: one launch).
-        cuda::RowFinish fq;
-        fq.d = D;
-        fq.n_rows = H;
-        fq.rows = fq.out = q;
-        fq.eps = hp.rms_eps;
-        fq.freqs = freqs(il);
-        fq.n_freq = n_freq;
-        fq.pos = pos;
-        cuda::row_finish(fq, s_);
-        // The token's KV row: rmsnorm, RoPE, FP8 on the non-rotary dims, into the window ring.
-        cuda::RowFinish fkv = fq;
-        fkv.n_rows = 1;
-        fkv.rows = in.kv + t * D;
-        fkv.out = nullptr;
-        fkv.norm_w = m_.vec(L.attn_kv_a_norm);
-        if (opts_.qat_sim) fkv.rounding = cuda::RowRounding::Fp8;
-        fkv.n_fp8 = hp.n_nope();
-        fkv.table = st.raw.as<float>();
-        fkv.index = word(t, kRingSlot);
-        fkv.f16 = f16_;
-        cuda::row_finish(fkv, s_);
-
-        qkv_scope.reset();
-        // The compressed rows this token sees: all of them, or the indexer's top-k.
-        const int64_t *gather = word(t, kPlainGather), *n_rows = word(t, kPlainRows);
-        if (compressed) {
-            const int64_t cw = int64_t(hp.compressor_coff(il)) * D;
-            compress(il, false, in.comp_kv + t * cw, in.comp_score + t * cw, t);
-            gather = ratio_word(t, r, kGatherAll);
-            n_rows = ratio_word(t, r, kRowsAll);
-        }
-        if (indexed) {
-            const int64_t I = hp.idx_head_dim, IH = hp.n_idx_head;
-            const int64_t iw = int64_t(hp.compressor_coff(il)) * I;
-            compress(il, true, in.idx_kv + t * iw, in.idx_score + t * iw, t);
-            gather = ratio_word(t, r, kGatherIndexed);
-            n_rows = ratio_word(t, r, kRowsIndexed);
-            if (selects) {  // runtime/indexer.cpp indexer_select, used where count > top_k
-                const ProfileScope scope(profile_, s_, "attn indexer select");
-                float *iq = in.idx_q + t * IH * I;
-                cuda::RowFinish fi;  // RoPE and the indexer's rounding, in place
-                fi.d = I;
-                fi.n_rows = IH;
-                fi.rows = fi.out = iq;
-                fi.norm = false;
-                fi.freqs = freqs(il);
-                fi.n_freq = n_freq;
-                fi.pos = pos;
-                if (opts_.qat_sim) fi.rounding = cuda::RowRounding::Indexer;
-                cuda::row_finish(fi, s_);
-                const float wscale = static_cast<float>(1.0 / std::sqrt(double(I) * IH));
-                const int64_t *count = ratio_word(t, r, kCount);
-                cuda::indexer_scores(iq, in.idx_w + t * IH, wscale, st.idx.as<float>(), cap,
-                                     int(IH), int(I), idx_scores_.as<float>(), s_, count);
-                cuda::top_k_ascending(idx_scores_.as<float>(), cap, hp.idx_top_k,
-                                      selected_.as<int32_t>(), topk_scratch_.get(), s_, count);
-            }
-        }
-
-        // Visible rows: the raw window (oldest first), then the compressed rows.
-        const ProfileScope scope(profile_, s_, "attn gather+scores+mix");
-        float *rows = rows_.as<float>();
-        cuda::gather_rows_step(st.raw.as<float>(), window, st.comp.as<float>(),
-                               selected_.as<int32_t>(), gather, max_rows, D, rows, s_);
-        float *o = O + t * H * D;
-        cuda::attention_scores(q, rows, max_rows, H, D, scores_.as<float>(), s_, n_rows);
-        cuda::attention_mix(scores_.as<float>(), rows, max_rows, m_.vec(L.attn_sinks), scale, H, D,
-                            o, s_, n_rows);
-        cuda::rope_tail(o, H, D, freqs(il), n_freq, pos, true, s_);
+    const uint32_t r = hp_.compress_ratio[il];
+    // Every token's query heads and KV row at once: the ring holds the batch's rows beside the
+    // window each token sees (ring_rows_).
+    finish_q_kv(il, in, m);
+    // Then, token by token, the compressors and the indexer (each token's selection depends on
+    // the rows pooled before it; its own list of selected rows).
+    size_t gather = kPlainGather, n_rows = kPlainRows;
+    if (r != 0) {
+        const bool indexed = hp_.attention_kind(il) == model::AttentionKind::Overlapped;
+        const size_t base = kRatioBase + ratio_row_.at(r) * kRatioWords;
+        gather = base + (indexed ? kGatherIndexed : kGatherAll);
+        n_rows = base + (indexed ? kRowsIndexed : kRowsAll);
     }
+    for (int64_t t = 0; t < m; ++t) compress_and_select(il, in, t);
+    // Then attention over the visible rows, for as many tokens at once as the scratch holds.
+    for (int64_t t0 = 0; t0 < m; t0 += attend_batch_) {
+        const int64_t n = std::min<int64_t>(attend_batch_, m - t0);
+        attend(il, in.q, t0, n, gather, n_rows, O);
+    }
+}
+
+void CudaOps::finish_q_kv(uint32_t il, const AttentionInputs &in, int64_t m) {
+    const model::HParams &hp = hp_;
+    const model::LayerWeights &L = m_.weights().layers[il];
+    const int64_t H = hp.n_head, D = hp.head_dim;
+    const ProfileScope scope(profile_, s_, "attn q/kv norm+rope+store");
+    // Each head of q: rmsnorm and RoPE at its token's position, in place (row_finish.h).
+    cuda::RowFinish fq;
+    fq.d = D;
+    fq.n_rows = m * H;
+    fq.rows = fq.out = in.q;
+    fq.eps = hp.rms_eps;
+    fq.freqs = freqs(il);
+    fq.n_freq = hp.n_rot / 2;
+    fq.pos = word(0, kPos);
+    fq.rows_per_token = H;
+    fq.word_stride = int64_t(step_words());
+    cuda::row_finish(fq, s_);
+    // Each token's KV row: rmsnorm, RoPE, FP8 on the non-rotary dims, into its ring slot.
+    cuda::RowFinish fkv = fq;
+    fkv.n_rows = m;
+    fkv.rows = in.kv;
+    fkv.out = nullptr;
+    fkv.norm_w = m_.vec(L.attn_kv_a_norm);
+    if (opts_.qat_sim) fkv.rounding = cuda::RowRounding::Fp8;
+    fkv.n_fp8 = hp.n_nope();
+    fkv.table = kv_[il].raw.as<float>();
+    fkv.index = word(0, kRingSlot);
+    fkv.rows_per_token = 1;
+    fkv.f16 = f16_;
+    cuda::row_finish(fkv, s_);
+}
+
+void CudaOps::compress_and_select(uint32_t il, const AttentionInputs &in, int64_t t) {
+    const model::HParams &hp = hp_;
+    const uint32_t r = hp.compress_ratio[il];
+    if (r == 0) return;
+    LayerKv &st = kv_[il];
+    const int64_t D = hp.head_dim, cap = int64_t(ctx_ / r + 1);
+    const int64_t cw = int64_t(hp.compressor_coff(il)) * D;
+    compress(il, false, in.comp_kv + t * cw, in.comp_score + t * cw, t);
+    if (hp.attention_kind(il) != model::AttentionKind::Overlapped) return;
+    const int64_t I = hp.idx_head_dim, IH = hp.n_idx_head;
+    const int64_t iw = int64_t(hp.compressor_coff(il)) * I;
+    compress(il, true, in.idx_kv + t * iw, in.idx_score + t * iw, t);
+    if (cap <= int64_t(hp.idx_top_k)) return;  // the indexer cannot select: every row is seen
+    // runtime/indexer.cpp indexer_select, used where count > top_k; the token's ids at
+    // selected_ + t top_k.
+    const ProfileScope scope(profile_, s_, "attn indexer select");
+    float *iq = in.idx_q + t * IH * I;
+    cuda::RowFinish fi;  // RoPE and the indexer's rounding, in place
+    fi.d = I;
+    fi.n_rows = IH;
+    fi.rows = fi.out = iq;
+    fi.norm = false;
+    fi.freqs = freqs(il);
+    fi.n_freq = hp.n_rot / 2;
+    fi.pos = word(t, kPos);
+    if (opts_.qat_sim) fi.rounding = cuda::RowRounding::Indexer;
+    cuda::row_finish(fi, s_);
+    const float wscale = static_cast<float>(1.0 / std::sqrt(double(I) * IH));
+    const int64_t *count = ratio_word(t, r, kCount);
+    cuda::indexer_scores(iq, in.idx_w + t * IH, wscale, st.idx.as<float>(), cap, int(IH), int(I),
+                         idx_scores_.as<float>(), s_, count);
+    cuda::top_k_ascending(idx_scores_.as<float>(), cap, hp.idx_top_k,
+                          selected_.as<int32_t>() + t * hp.idx_top_k, topk_scratch_.get(), s_,
+                          count);
+}
+
+void CudaOps::attend(uint32_t il, const float *Q, int64_t t0, int64_t n, size_t gather_word,
+                     size_t rows_word, float *O) {
+    const model::HParams &hp = hp_;
+    const model::LayerWeights &L = m_.weights().layers[il];
+    const int64_t H = hp.n_head, D = hp.head_dim;
+    const uint32_t r = hp.compress_ratio[il];
+    const bool indexed = hp.attention_kind(il) == model::AttentionKind::Overlapped;
+    const int64_t cap = r ? int64_t(ctx_ / r + 1) : 0;
+    const int64_t max_rows =
+        hp.sliding_window + (r ? (indexed ? std::min<int64_t>(cap, hp.idx_top_k) : cap) : 0);
+    const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+    const int64_t stride = int64_t(step_words());
+    const ProfileScope scope(profile_, s_, "attn gather+scores+mix");
+    // Visible rows of each token: the raw window (oldest first), then the compressed rows.
+    float *rows = rows_.as<float>();
+    cuda::gather_rows_step(kv_[il].raw.as<float>(), ring_rows_, kv_[il].comp.as<float>(),
+                           selected_.as<int32_t>() + t0 * hp.idx_top_k, word(t0, gather_word),
+                           max_rows, D, rows, s_, int(n), stride, hp.idx_top_k);
+    const cuda::AttentionTokens tokens{int(n), stride};
+    const float *q = Q + t0 * H * D;
+    float *o = O + t0 * H * D;
+    cuda::attention_scores(q, rows, max_rows, H, D, scores_.as<float>(), s_, word(t0, rows_word),
+                           tokens);
+    cuda::attention_mix(scores_.as<float>(), rows, max_rows, m_.vec(L.attn_sinks), scale, H, D, o,
+                        s_, word(t0, rows_word), tokens);
+    cuda::rope_tail(o, H, D, freqs(il), hp.n_rot / 2, word(t0, kPos), true, s_, int(n), stride);
 }
 
 void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int64_t m,
@@ -633,6 +706,11 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
     const int64_t E = hp.n_embd, F = hp.n_ff_exp;
     const DeviceMatrix &gate = m_.matrix(L.ffn_gate_exps), &up = m_.matrix(L.ffn_up_exps),
                        &down = m_.matrix(L.ffn_down_exps);
+    if (m > 1 && gate.q8_k_activations() && up.q8_k_activations() && down.q8_k_activations() &&
+        gate.k == up.k) {
+        moe_routed_grouped(il, XN, logits, m, slot_out);
+        return;
+    }
     for (int64_t t = 0; t < m; ++t) {
         int32_t *ids = expert_ids_.as<int32_t>() + t * K;
         float *weights = expert_w_.as<float>() + t * K;
@@ -670,6 +748,64 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
     }
 }
 
+void CudaOps::moe_routed_grouped(uint32_t il, const float *XN, const float *logits, int64_t m,
+                                 float *slot_out) {
+    const model::HParams &hp = hp_;
+    const model::LayerWeights &L = m_.weights().layers[il];
+    const int K = int(hp.n_expert_used);
+    const int64_t E = hp.n_embd, F = hp.n_ff_exp, pairs = m * K;
+    const DeviceMatrix &gate = m_.matrix(L.ffn_gate_exps), &up = m_.matrix(L.ffn_up_exps),
+                       &down = m_.matrix(L.ffn_down_exps);
+    int32_t *ids = expert_ids_.as<int32_t>();
+    float *weights = expert_w_.as<float>();
+    {
+        const ProfileScope scope(profile_, s_, "moe route");
+        cuda::RouteDeviceParams p;
+        p.n_expert = hp.n_expert;
+        p.n_used = hp.n_expert_used;
+        p.bias = m_.vec(L.exp_probs_b);
+        p.normalize = hp.expert_weights_norm;
+        p.scale = hp.expert_weights_scale;
+        if (L.tid2eid) {
+            p.hash_table = m_.table(L.tid2eid);
+            p.token = tokens_.as<int32_t>();
+            p.hash_rows = static_cast<int64_t>(L.tid2eid->dim(1));
+        }
+        cuda::route_experts(logits, p, ids, weights, s_, int(m));
+        cuda::group_by_expert(ids, int(pairs), int(hp.n_expert), expert_offsets_.as<int32_t>(),
+                              expert_order_.as<int32_t>(), s_);
+    }
+    cuda::ExpertGroups groups{expert_offsets_.as<int32_t>(), expert_order_.as<int32_t>(),
+                              int(hp.n_expert), K, int(m)};
+    auto grouped = [&](const DeviceMatrix &w, const cuda::Q8_KActivation &x, float *y) {
+        if (w.iq2_xxs)
+            cuda::matmul_iq2_xxs_grouped(w.iq2_xxs->experts(), groups, x, y, s_);
+        else if (w.q2_k)
+            cuda::matmul_q2_K_grouped(w.q2_k->experts(), groups, x, y, s_);
+        else
+            cuda::matmul_q4_K_grouped(w.q4_k->experts(), groups, x, y, s_);
+    };
+    // The profile's bytes are those the token-by-token products would read (K experts a token);
+    // grouped, each selected expert's weights are read once per 8 of its pairs.
+    const double share = double(K) / double(hp.n_expert);
+    {
+        const ProfileScope scope = weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share * m);
+        // One quantization of every token's input for both products (as moe_routed_cpu).
+        const cuda::Q8_KActivation x = quantize_q8_k_batch(XN, m * E);
+        grouped(gate, x, gate_.as<float>());
+        if (up.type != gate.type) throw Error("CUDA backend: routed gate and up of two formats");
+        grouped(up, x, up_.as<float>());
+    }
+    {
+        const ProfileScope scope(profile_, s_, "moe swiglu");
+        cuda::swiglu_slots(gate_.as<float>(), up_.as<float>(), int(pairs), F, hp.swiglu_clamp[il],
+                           weights, gate_.as<float>(), s_);
+    }
+    const ProfileScope scope = weight_scope("moe down", L.ffn_down_exps, share * m);
+    groups.x_div = 1;  // each pair's own SwiGLU row
+    grouped(down, quantize_q8_k_batch(gate_.as<float>(), pairs * F), slot_out);
+}
+
 void CudaOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp) {
     if (replaying(10, {reinterpret_cast<uintptr_t>(G), reinterpret_cast<uintptr_t>(U), uint64_t(m),
                        uint64_t(n)}))
@@ -685,8 +821,7 @@ void CudaOps::moe_sum(const float *slot_out, const float *shared, int64_t m, flo
     const int K = int(hp_.n_expert_used);
     const int64_t E = hp_.n_embd;
     const ProfileScope scope(profile_, s_, "moe_sum");
-    for (int64_t t = 0; t < m; ++t)
-        cuda::sum_slots(slot_out + t * K * E, K, E, shared + t * E, Y + t * E, s_);
+    cuda::sum_slots(slot_out, K, E, shared, Y, s_, int(m));
 }
 
 void CudaOps::read(const float *x, size_t n, float *host) {

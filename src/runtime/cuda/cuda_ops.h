@@ -7,9 +7,13 @@
 //
 // A batch of one token (decode) runs as a CUDA graph captured at the first step and replayed
 // after (decode_graphs.h; DS4_CUDA_GRAPHS=0 launches every kernel instead, for comparisons); a
-// batch of several runs eagerly, token by token through the decode kernels but for the Q8_0
-// linear products, which read their weights once per 8 tokens (matmul_q8_0; prefill with tensor
-// cores is still to come).
+// batch of several (prefill) runs eagerly: the compressors and the indexer token by token
+// through the decode kernels, everything else a launch per operation for the whole batch
+// (attention: up to 64 tokens a launch): the Q8_0 products read
+// their weights once per 8 tokens (matmul_q8_0), the routed experts once per 8 of each expert's
+// tokens (grouped on the device, expert_matmul.cuh), and the float products, hyper-connections
+// and MoE glue take the batch's rows in one grid. Every token's outputs are the bits of its
+// decode step. Prefill with tensor cores is still to come.
 //
 // Everything a step's kernels need that depends on its position is in the StepWords of the
 // token, computed by the host, copied to the device with the tokens, and read there: so the work
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/float_matvec.h"
 #include "backend/cuda/q8_k_quantize.h"
 #include "runtime/cuda/decode_graphs.h"
 #include "runtime/cuda/device_model.h"
@@ -69,7 +74,7 @@ class CudaOps final : public Ops {
     // rounding when the session rounds rows). How many rows are in use follows from the
     // position: n_past / ratio compressed rows, min(n_past, window) raw ones.
     struct LayerKv {
-        cuda::DeviceBuffer raw;                  // window ring: row of p at p % window
+        cuda::DeviceBuffer raw;                  // ring: row of p at p % ring_rows_
         cuda::DeviceBuffer comp, idx;            // compressed rows (attention, indexer)
         cuda::DeviceBuffer comp_kv, comp_score;  // the compressor's window
         cuda::DeviceBuffer idx_kv, idx_score;    // the indexer compressor's window
@@ -119,6 +124,12 @@ class CudaOps final : public Ops {
                         bool x_per_slot, float *y, bool x_quantized = false);
     // Quantizes n values of x (several rows back to back: their blocks are the rows' blocks).
     cuda::Q8_KActivation quantize_q8_k(const float *x, int64_t n);
+    // The same into the batch scratch (a chunk's rows).
+    cuda::Q8_KActivation quantize_q8_k_batch(const float *x, int64_t n);
+    // moe_routed for a batch whose routed experts take Q8_K activations: the pairs grouped by
+    // expert on the device, each expert's weights read once per tile of its pairs.
+    void moe_routed_grouped(uint32_t il, const float *XN, const float *logits, int64_t m,
+                            float *slot_out);
     // Skipped where the scratch already holds x's n values (quantized_q8_0_ says whose).
     void quantize_q8_0(const float *x, int64_t n);
     // A batch's m rows of `width` values, into the batch scratch (rows of whole Q8_0 blocks).
@@ -127,6 +138,14 @@ class CudaOps final : public Ops {
     // and append. Returns whether a row was appended.
     void compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t t);
     const double *freqs(uint32_t il) const;
+    // attention_core's steps: the batch's query heads and KV rows (norm, rotation, rounding,
+    // ring store); token t's compressors and indexer selection; attention of tokens t0..t0+n-1
+    // over their visible rows (gather, scores, mix, inverse rotation), the gather and row-count
+    // words at those offsets of each token's StepWords.
+    void finish_q_kv(uint32_t il, const AttentionInputs &in, int64_t m);
+    void compress_and_select(uint32_t il, const AttentionInputs &in, int64_t t);
+    void attend(uint32_t il, const float *Q, int64_t t0, int64_t n, size_t gather_word,
+                size_t rows_word, float *O);
     // A profile scope (op_profile.h) named after w's role and format, reading its bytes m times.
     ProfileScope weight_scope(const char *op, model::Tensor w, double m);
 
@@ -146,6 +165,8 @@ class CudaOps final : public Ops {
         int64_t n = 0;
     } quantized_q8_0_;
     std::vector<LayerKv> kv_;
+    int64_t ring_rows_ = 0;     // rows of each layer's raw ring: the window, plus max_batch
+    int64_t attend_batch_ = 1;  // tokens attend() takes at once
 
     cuda::DeviceBuffer arena_;  // the batch's buffers, bump-allocated (floats)
     size_t capacity_ = 0, top_ = 0;
@@ -169,6 +190,13 @@ class CudaOps final : public Ops {
     cuda::DeviceBuffer flat_, mixes_, head_w_;
     cuda::DeviceBuffer rows_, scores_, idx_scores_, selected_, topk_scratch_;
     cuda::DeviceBuffer expert_ids_, expert_w_, gate_, up_;
+    // scratch of a batch's operations (prefill): the HC mixers' inputs and outputs, the float
+    // products' split sums, the Q8_K activations of every token (or pair), the grouping of the
+    // routed pairs by expert
+    cuda::DeviceBuffer flat_batch_, mixes_batch_, float_batch_counters_, float_batch_partial_;
+    cuda::FloatMatmulScratch float_batch_scratch_;
+    cuda::DeviceBuffer q8k_batch_q_, q8k_batch_d_, q8k_batch_bsums_;
+    cuda::DeviceBuffer expert_offsets_, expert_order_;
 };
 
 }  // namespace ds4::runtime::cuda_backend

@@ -179,6 +179,18 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
     }
 }
 
+std::pair<size_t, size_t> DeviceModel::float_matmul_scratch_bytes(int64_t m) const {
+    std::pair<size_t, size_t> bytes{0, 0};
+    for (const auto &[t, mat] : matrices_) {
+        if (!mat.raw.get() || mat.n_experts != 1) continue;
+        bytes.first =
+            std::max(bytes.first, cuda::float_matmul_counter_bytes(mat.float_matrix(), m));
+        bytes.second =
+            std::max(bytes.second, cuda::float_matmul_partial_bytes(mat.float_matrix(), m));
+    }
+    return bytes;
+}
+
 const DeviceMatrix &DeviceModel::matrix(model::Tensor t) const {
     const auto it = matrices_.find(t);
     if (it == matrices_.end())

@@ -59,6 +59,9 @@ class DeviceModel final : public DeviceWeights {
     // n_expert_used experts at once).
     int64_t max_k() const { return max_k_; }
     size_t float_scratch_bytes() const { return float_scratch_; }
+    // The scratch of a batch of m rows through any dense float matrix (cuda::matmul_float):
+    // {counter bytes, partial-sum bytes}, each the largest any matrix needs.
+    std::pair<size_t, size_t> float_matmul_scratch_bytes(int64_t m) const;
 
   private:
     const model::HParams &hp_;
