@@ -11,7 +11,8 @@
 //   - matmul_float: each row equals matvec_float of that row (F32, F16, BF16; with and without
 //     the split of k);
 //   - route_experts, sum_slots, hc_mix_combine and hc_post over n tokens, and the attention's
-//     row_finish (query heads; KV rows into a table, one token's index -1), gather_rows_step,
+//     row_finish (query heads; KV rows into a table, one token's index -1), the indexer's
+//     scores and top-k (counts below, at and above k), gather_rows_step,
 //     attention_scores, attention_mix and rope_tail: token t's outputs equal a one-token launch
 //     on token t's inputs and device words (words of 5 int64 a token, as a step's are strided).
 #include <cuda_runtime.h>
@@ -27,6 +28,7 @@
 #include "backend/cuda/expert_groups.h"
 #include "backend/cuda/float_matvec.h"
 #include "backend/cuda/hyper_connections.h"
+#include "backend/cuda/indexer_ops.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
 #include "backend/cuda/kv_ops.h"
 #include "backend/cuda/moe_ops.h"
@@ -467,6 +469,48 @@ TEST(CudaBatchedAttention, GatherScoresMixRopeOverTokensAreEachTokens) {
         const auto o1 = to_host<float>(o, kH * kD);
         for (float v : o1) ASSERT_FALSE(std::isnan(v)) << "token " << t;
         ASSERT_TRUE(same_bits(o1, slice(g_o, t * kH * kD, kH * kD))) << "output of token " << t;
+    }
+}
+
+TEST(CudaBatchedAttention, IndexerScoresAndTopKOverTokensAreEachTokens) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int kHeads = 8, kDim = 64;
+    constexpr int64_t kRows = 300, kK = 16;
+    const auto q = random_floats(kTokens * kHeads * kDim, 81, 1.0f);
+    const auto w = random_floats(kTokens * kHeads, 82, 1.0f);
+    const auto rows = random_floats(kRows * kDim, 83, 1.0f);
+    // counts: below k (nothing selected), k, and above.
+    const int64_t count[kTokens] = {9, kK, 100, 250, kRows};
+    std::vector<int64_t> words(kTokens * kWordStride, 0);
+    for (int t = 0; t < kTokens; ++t) words[size_t(t * kWordStride)] = count[t];
+    const DeviceBuffer dq = to_device(q), dw = to_device(w), drows = to_device(rows),
+                       dwords = to_device(words);
+    const std::vector<int32_t> unset(kTokens * kK, -7);
+    DeviceBuffer scores_b = to_device(test::poison_floats(kTokens * kRows)),
+                 sel_b = to_device(unset);
+    const IndexerTokens tokens{kTokens, kWordStride};
+    indexer_scores(dq.as<float>(), dw.as<float>(), 0.3f, drows.as<float>(), kRows, kHeads, kDim,
+                   scores_b.as<float>(), nullptr, dwords.as<int64_t>(), tokens);
+    top_k_ascending(scores_b.as<float>(), kRows, kK, sel_b.as<int32_t>(), nullptr, nullptr,
+                    dwords.as<int64_t>(), tokens);
+    DS4_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto g_scores = to_host<float>(scores_b, kTokens * kRows);
+    const auto g_sel = to_host<int32_t>(sel_b, kTokens * kK);
+    for (int t = 0; t < kTokens; ++t) {
+        DeviceBuffer scores = to_device(test::poison_floats(kRows)),
+                     sel = to_device(std::vector<int32_t>(kK, -7));
+        const int64_t *c = dwords.as<int64_t>() + t * kWordStride;
+        indexer_scores(dq.as<float>() + t * kHeads * kDim, dw.as<float>() + t * kHeads, 0.3f,
+                       drows.as<float>(), kRows, kHeads, kDim, scores.as<float>(), nullptr, c);
+        top_k_ascending(scores.as<float>(), kRows, kK, sel.as<int32_t>(), nullptr, nullptr, c);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto s1 = to_host<float>(scores, size_t(count[t]));
+        ASSERT_TRUE(same_bits(s1, std::vector<float>(g_scores.begin() + t * kRows,
+                                                     g_scores.begin() + t * kRows + count[t])))
+            << "scores of token " << t;
+        const auto k1 = to_host<int32_t>(sel, kK);
+        ASSERT_TRUE(std::equal(k1.begin(), k1.end(), g_sel.begin() + t * kK))
+            << "selection of token " << t;
     }
 }
 

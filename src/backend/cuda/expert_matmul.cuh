@@ -60,7 +60,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         __syncthreads();
         for (int j = 0; j < nt; ++j)
             for (int64_t i = threadIdx.x; i < k / 16; i += kThreads)
-                sx4[j * (k / 16) + i] = __ldg(reinterpret_cast<const int4 *>(xq + xrow[j] * k) + i);
+                sx4[j * (k / 16) + Format::staged_chunk(i)] =
+                    __ldg(reinterpret_cast<const int4 *>(xq + xrow[j] * k) + i);
         __syncthreads();
         for (int64_t row = int64_t(blockIdx.x) * kWarps + warp; row < n_rows;
              row += int64_t(gridDim.x) * kWarps) {

@@ -21,6 +21,10 @@
 //   struct Scales;  Scales load_scales(super-block scale record, piece)  what the piece needs
 //   struct XPiece; XPiece load_x(x in shared memory, xbsums, piece, sb)  the activations a piece
 //                  needs, loaded once per pass for all R rows
+//   int64_t staged_chunk(i)  where 16-byte chunk i of an activation row goes in shared memory:
+//                  a permutation within each super-block (256 bytes) chosen so that the 8 lanes
+//                  of a 128-byte shared-memory phase of load_x read 8 different bank groups (the
+//                  plain layout has lanes 128 bytes apart reading the same banks)
 //   struct Sums { ...ints... };  Sums dot(uint4 piece, xpiece, tables, lane, scales)
 //   struct Decoded;  Decoded decode(uint4 piece, tables, lane, scales, piece index) and
 //                  Sums dot_decoded(decoded, xpiece, scales): dot in two steps, so that a piece
@@ -61,7 +65,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     Format::load_tables(tables);
     int4 *sx4 = smem + Format::kTableBytes / 16;
     for (int64_t i = threadIdx.x; i < k / 16; i += kThreads)
-        sx4[i] = __ldg(reinterpret_cast<const int4 *>(xq) + i);
+        sx4[Format::staged_chunk(i)] = __ldg(reinterpret_cast<const int4 *>(xq) + i);
     __syncthreads();
     const int8_t *sx = reinterpret_cast<const int8_t *>(sx4);
 

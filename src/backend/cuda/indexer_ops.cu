@@ -20,8 +20,14 @@ constexpr size_t kMaxScoreSmem = 48 * 1024;
 __global__ void __launch_bounds__(kScoreThreads)
     indexer_scores_kernel(const float *__restrict__ q, const float *__restrict__ w, float wscale,
                           const float *__restrict__ rows, int64_t n_rows, int n_heads, int head_dim,
-                          float *__restrict__ score, const int64_t *__restrict__ n_rows_dev) {
+                          float *__restrict__ score, const int64_t *__restrict__ n_rows_dev,
+                          int64_t word_stride) {
     dev::wait_for_previous_kernels();
+    {  // the token of a batch (IndexerTokens)
+        const int64_t tok = blockIdx.y;
+        q += tok * n_heads * head_dim, w += tok * n_heads, score += tok * n_rows;
+        if (n_rows_dev) n_rows_dev += tok * word_stride;
+    }
     if (n_rows_dev) n_rows = *n_rows_dev;
     extern __shared__ float smem[];
     const int H = n_heads, I = head_dim, q_stride = I + 1, p_stride = H + 1;
@@ -100,8 +106,13 @@ __device__ uint32_t block_exclusive_sum(uint32_t v, uint32_t *warp_sums) {
 // contiguous segment, and each selected index goes to its position.
 __global__ void __launch_bounds__(kTopKThreads)
     top_k_kernel(const float *__restrict__ score, uint32_t n, uint32_t k, int32_t *__restrict__ out,
-                 const int64_t *__restrict__ n_dev) {
+                 const int64_t *__restrict__ n_dev, int64_t word_stride) {
     dev::wait_for_previous_kernels();
+    {  // the token of a batch (IndexerTokens): a block each
+        const int64_t tok = blockIdx.x;
+        score += tok * int64_t(n), out += tok * int64_t(k);
+        if (n_dev) n_dev += tok * word_stride;
+    }
     if (n_dev) {  // the count read on the device: nothing to select while it is at most k
         if (*n_dev <= int64_t(k)) return;
         n = uint32_t(*n_dev);
@@ -156,7 +167,9 @@ __global__ void __launch_bounds__(kTopKThreads)
 
 void indexer_scores(const float *q, const float *w, float wscale, const float *rows, int64_t n_rows,
                     int n_heads, int head_dim, float *score, cudaStream_t stream,
-                    const int64_t *n_rows_dev) {
+                    const int64_t *n_rows_dev, IndexerTokens tokens) {
+    if (tokens.n < 1 || tokens.n > 65535)
+        throw ds4::Error("indexer_scores: 1 to 65535 tokens a launch");
     if (n_rows <= 0) return;
     if (n_heads <= 0 || n_heads > kScoreThreads || head_dim <= 0)
         throw ds4::Error("indexer_scores: needs 1 to 256 heads of at least one value");
@@ -166,9 +179,9 @@ void indexer_scores(const float *q, const float *w, float wscale, const float *r
     if (smem > kMaxScoreSmem)
         throw ds4::Error("indexer_scores: n_heads x head_dim does not fit 48 KiB of shared memory");
     const int64_t n_tiles = (n_rows + kTileRows - 1) / kTileRows;
-    const unsigned grid = unsigned(std::min(n_tiles, kScoreBlocks));
+    const dim3 grid(unsigned(std::min(n_tiles, kScoreBlocks)), unsigned(tokens.n));
     launch_kernel(indexer_scores_kernel, grid, kScoreThreads, smem, stream, q, w, wscale, rows,
-                  n_rows, n_heads, head_dim, score, n_rows_dev);
+                  n_rows, n_heads, head_dim, score, n_rows_dev, tokens.word_stride);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -177,12 +190,14 @@ size_t top_k_scratch_bytes(int64_t) {
 }
 
 void top_k_ascending(const float *score, int64_t n, int64_t k, int32_t *out, void *,
-                     cudaStream_t stream, const int64_t *n_dev) {
+                     cudaStream_t stream, const int64_t *n_dev, IndexerTokens tokens) {
     if (k < 0 || k > n || n >= (int64_t(1) << 31))
         throw ds4::Error("top_k_ascending: needs 0 <= k <= n < 2^31");
+    if (tokens.n < 1 || tokens.n > 65535)
+        throw ds4::Error("top_k_ascending: 1 to 65535 tokens a launch");
     if (k == 0) return;
-    launch_kernel(top_k_kernel, 1, kTopKThreads, 0, stream, score, uint32_t(n), uint32_t(k), out,
-                  n_dev);
+    launch_kernel(top_k_kernel, unsigned(tokens.n), kTopKThreads, 0, stream, score, uint32_t(n),
+                  uint32_t(k), out, n_dev, tokens.word_stride);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -28,13 +28,20 @@
 
 namespace ds4::cuda {
 
+// Several tokens in one launch (prefill): token t's q at + t n_heads head_dim, w at + t n_heads,
+// scores at + t n_rows (the launch's n_rows), selection at + t k, counts at + t word_stride.
+struct IndexerTokens {
+    int n = 1;
+    int64_t word_stride = 0;
+};
+
 // q: [n_heads][head_dim]; w: [n_heads] (unchanged); rows: [n_rows][head_dim] back to back;
 // score: [n_rows] (all device). n_heads at most 256.
 // n_rows_dev (device, optional): the row count read on the device, at most n_rows (which then
 // sizes the grid), for a step captured once and replayed at every position.
 void indexer_scores(const float *q, const float *w, float wscale, const float *rows, int64_t n_rows,
                     int n_heads, int head_dim, float *score, cudaStream_t stream,
-                    const int64_t *n_rows_dev = nullptr);
+                    const int64_t *n_rows_dev = nullptr, IndexerTokens tokens = {});
 
 // Scratch that top_k_ascending needs for n scores (0 for the present single-block method;
 // callers allocate what this says, so a later multi-block method can use it).
@@ -45,6 +52,7 @@ size_t top_k_scratch_bytes(int64_t n);
 // n_dev (device, optional): the count read on the device, at most n; while it is at most k
 // nothing is written (the caller then takes every row).
 void top_k_ascending(const float *score, int64_t n, int64_t k, int32_t *out, void *scratch,
-                     cudaStream_t stream, const int64_t *n_dev = nullptr);
+                     cudaStream_t stream, const int64_t *n_dev = nullptr,
+                     IndexerTokens tokens = {});
 
 }  // namespace ds4::cuda

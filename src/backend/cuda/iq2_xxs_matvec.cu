@@ -123,12 +123,19 @@ struct Iq2xxsFormat {
     struct XPiece {
         int q[16];  // the piece's 64 int8 activations as words
     };
+    // Chunk c of piece p (values 16 c .. of its 64) at 4 p + ((c + p / 2) & 3): the lanes of a
+    // phase (pieces p .. p + 7) read 8 different 16-byte bank groups.
+    __device__ static int64_t staged_chunk(int64_t i) {
+        const int64_t p = i / 4;
+        return 4 * p + ((i + p / 2) & 3);
+    }
     __device__ static XPiece load_x(const int8_t *sx, const int16_t *, int64_t p, int64_t) {
         XPiece x;
         const int4 *xs = reinterpret_cast<const int4 *>(sx + p * 64);
+        const int rot = int(p / 2);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const int4 v = xs[j];
+            const int4 v = xs[(j + rot) & 3];
             x.q[4 * j] = v.x, x.q[4 * j + 1] = v.y, x.q[4 * j + 2] = v.z, x.q[4 * j + 3] = v.w;
         }
         return x;

@@ -43,15 +43,22 @@ struct Q2KFormat {
         int bsums[4];  // and that sub-block's sum of activations
         int part = 0;  // the piece's part (0, 1): which scale bytes are its sub-blocks'
     };
+    // Chunk q (values 16 q ..) of super-block sb at 16 sb + (q ^ (4 (q / 8) + 2 (sb % 2))): a
+    // piece reads chunks 8 h + part + 2 s, and the lanes of a phase (two super-blocks, four
+    // pieces each) then read 8 different 16-byte bank groups for each s.
+    __device__ static int64_t swizzle(int64_t sb, int64_t q) {
+        return 16 * sb + (q ^ (4 * (q >> 3) + 2 * (sb & 1)));
+    }
+    __device__ static int64_t staged_chunk(int64_t i) { return swizzle(i / 16, i % 16); }
     __device__ static XPiece load_x(const int8_t *sx, const int16_t *xbsums, int64_t p,
                                     int64_t sb) {
         const int j = int(p % 4), h = j / 2, part = j % 2;
-        const int8_t *x = sx + sb * kQK + 128 * h + 16 * part;
+        const int4 *x = reinterpret_cast<const int4 *>(sx);
         const int16_t *bs = xbsums + sb * 16 + 8 * h + part;
         XPiece xp;
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-            xp.x[s] = *reinterpret_cast<const int4 *>(x + 32 * s);
+            xp.x[s] = x[swizzle(sb, 8 * h + part + 2 * s)];
             xp.bsums[s] = __ldg(bs + 2 * s);
         }
         xp.part = part;

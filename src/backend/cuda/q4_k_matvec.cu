@@ -41,13 +41,20 @@ struct Q4KFormat {
     __device__ static Scales load_scales(const uint8_t *rec, int64_t) {
         return {__ldcs(reinterpret_cast<const uint4 *>(rec))};
     }
+    // Chunk q (values 16 q ..) of super-block sb at 16 sb + (q ^ (2 (q / 8))): a piece reads
+    // chunks 4 c + h and 4 c + h + 2, and the 8 pieces of a super-block (a phase's lanes) then
+    // read 8 different 16-byte bank groups for each.
+    __device__ static int64_t swizzle(int64_t sb, int64_t q) {
+        return 16 * sb + (q ^ (2 * (q >> 3)));
+    }
+    __device__ static int64_t staged_chunk(int64_t i) { return swizzle(i / 16, i % 16); }
     __device__ static XPiece load_x(const int8_t *sx, const int16_t *xbsums, int64_t p,
                                     int64_t sb) {
         const int q = int(p % 8), c = q / 2, h = q % 2;
-        const int8_t *x = sx + sb * kQK + 64 * c + 16 * h;
+        const int4 *x = reinterpret_cast<const int4 *>(sx);
         XPiece xp;
-        xp.lo = *reinterpret_cast<const int4 *>(x);
-        xp.hi = *reinterpret_cast<const int4 *>(x + 32);
+        xp.lo = x[swizzle(sb, 4 * c + h)];
+        xp.hi = x[swizzle(sb, 4 * c + h + 2)];
         xp.bs_lo = __ldg(xbsums + sb * 16 + 2 * (2 * c) + h);
         xp.bs_hi = __ldg(xbsums + sb * 16 + 2 * (2 * c + 1) + h);
         xp.c = c;

@@ -175,7 +175,7 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     attend_batch_ = std::min<int64_t>(max_batch, 64);
     rows_ = device_array<float>(size_t(attend_batch_) * max_visible * D);
     scores_ = device_array<float>(size_t(attend_batch_) * max_visible * hp.n_head);
-    idx_scores_ = device_array<float>(max_comp);
+    idx_scores_ = device_array<float>(size_t(attend_batch_) * max_comp);
     selected_ = device_array<int32_t>(size_t(max_batch) * hp.idx_top_k);
     topk_scratch_ = cuda::DeviceBuffer(std::max<size_t>(cuda::top_k_scratch_bytes(max_comp), 16));
     expert_ids_ = device_array<int32_t>(size_t(max_batch) * K);
@@ -582,8 +582,8 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
     // Every token's query heads and KV row at once: the ring holds the batch's rows beside the
     // window each token sees (ring_rows_).
     finish_q_kv(il, in, m);
-    // Then, token by token, the compressors and the indexer (each token's selection depends on
-    // the rows pooled before it; its own list of selected rows).
+    // Then, token by token, the compressors (each token pools into the window its
+    // predecessors left).
     size_t gather = kPlainGather, n_rows = kPlainRows;
     if (r != 0) {
         const bool indexed = hp_.attention_kind(il) == model::AttentionKind::Overlapped;
@@ -591,10 +591,13 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
         gather = base + (indexed ? kGatherIndexed : kGatherAll);
         n_rows = base + (indexed ? kRowsIndexed : kRowsAll);
     }
-    for (int64_t t = 0; t < m; ++t) compress_and_select(il, in, t);
-    // Then attention over the visible rows, for as many tokens at once as the scratch holds.
+    for (int64_t t = 0; t < m; ++t) compress_token(il, in, t);
+    // Then the indexer's selection and attention over the visible rows, for as many tokens at
+    // once as the scratch holds (a token's scores and selection only see the rows pooled up to
+    // it: its count word).
     for (int64_t t0 = 0; t0 < m; t0 += attend_batch_) {
         const int64_t n = std::min<int64_t>(attend_batch_, m - t0);
+        select_rows(il, in, t0, n);
         attend(il, in.q, t0, n, gather, n_rows, O);
     }
 }
@@ -631,40 +634,47 @@ void CudaOps::finish_q_kv(uint32_t il, const AttentionInputs &in, int64_t m) {
     cuda::row_finish(fkv, s_);
 }
 
-void CudaOps::compress_and_select(uint32_t il, const AttentionInputs &in, int64_t t) {
+void CudaOps::compress_token(uint32_t il, const AttentionInputs &in, int64_t t) {
     const model::HParams &hp = hp_;
-    const uint32_t r = hp.compress_ratio[il];
-    if (r == 0) return;
-    LayerKv &st = kv_[il];
-    const int64_t D = hp.head_dim, cap = int64_t(ctx_ / r + 1);
-    const int64_t cw = int64_t(hp.compressor_coff(il)) * D;
+    if (hp.compress_ratio[il] == 0) return;
+    const int64_t cw = int64_t(hp.compressor_coff(il)) * hp.head_dim;
     compress(il, false, in.comp_kv + t * cw, in.comp_score + t * cw, t);
     if (hp.attention_kind(il) != model::AttentionKind::Overlapped) return;
-    const int64_t I = hp.idx_head_dim, IH = hp.n_idx_head;
-    const int64_t iw = int64_t(hp.compressor_coff(il)) * I;
+    const int64_t iw = int64_t(hp.compressor_coff(il)) * hp.idx_head_dim;
     compress(il, true, in.idx_kv + t * iw, in.idx_score + t * iw, t);
+}
+
+void CudaOps::select_rows(uint32_t il, const AttentionInputs &in, int64_t t0, int64_t n) {
+    const model::HParams &hp = hp_;
+    const uint32_t r = hp.compress_ratio[il];
+    if (r == 0 || hp.attention_kind(il) != model::AttentionKind::Overlapped) return;
+    const int64_t cap = int64_t(ctx_ / r + 1);
     if (cap <= int64_t(hp.idx_top_k)) return;  // the indexer cannot select: every row is seen
-    // runtime/indexer.cpp indexer_select, used where count > top_k; the token's ids at
+    // runtime/indexer.cpp indexer_select, used where count > top_k; token t's ids at
     // selected_ + t top_k.
     const ProfileScope scope(profile_, s_, "attn indexer select");
-    float *iq = in.idx_q + t * IH * I;
+    const int64_t I = hp.idx_head_dim, IH = hp.n_idx_head, stride = int64_t(step_words());
+    float *iq = in.idx_q + t0 * IH * I;
     cuda::RowFinish fi;  // RoPE and the indexer's rounding, in place
     fi.d = I;
-    fi.n_rows = IH;
+    fi.n_rows = n * IH;
     fi.rows = fi.out = iq;
     fi.norm = false;
     fi.freqs = freqs(il);
     fi.n_freq = hp.n_rot / 2;
-    fi.pos = word(t, kPos);
+    fi.pos = word(t0, kPos);
+    fi.rows_per_token = IH;
+    fi.word_stride = stride;
     if (opts_.qat_sim) fi.rounding = cuda::RowRounding::Indexer;
     cuda::row_finish(fi, s_);
     const float wscale = static_cast<float>(1.0 / std::sqrt(double(I) * IH));
-    const int64_t *count = ratio_word(t, r, kCount);
-    cuda::indexer_scores(iq, in.idx_w + t * IH, wscale, st.idx.as<float>(), cap, int(IH), int(I),
-                         idx_scores_.as<float>(), s_, count);
+    const int64_t *count = ratio_word(t0, r, kCount);
+    const cuda::IndexerTokens tokens{int(n), stride};
+    cuda::indexer_scores(iq, in.idx_w + t0 * IH, wscale, kv_[il].idx.as<float>(), cap, int(IH),
+                         int(I), idx_scores_.as<float>(), s_, count, tokens);
     cuda::top_k_ascending(idx_scores_.as<float>(), cap, hp.idx_top_k,
-                          selected_.as<int32_t>() + t * hp.idx_top_k, topk_scratch_.get(), s_,
-                          count);
+                          selected_.as<int32_t>() + t0 * hp.idx_top_k, topk_scratch_.get(), s_,
+                          count, tokens);
 }
 
 void CudaOps::attend(uint32_t il, const float *Q, int64_t t0, int64_t n, size_t gather_word,

@@ -7,9 +7,9 @@
 //
 // A batch of one token (decode) runs as a CUDA graph captured at the first step and replayed
 // after (decode_graphs.h; DS4_CUDA_GRAPHS=0 launches every kernel instead, for comparisons); a
-// batch of several (prefill) runs eagerly: the compressors and the indexer token by token
-// through the decode kernels, everything else a launch per operation for the whole batch
-// (attention: up to 64 tokens a launch): the Q8_0 products read
+// batch of several (prefill) runs eagerly: the compressors token by token through the decode
+// kernels, everything else a launch per operation for the whole batch (the indexer and
+// attention: up to 64 tokens a launch): the Q8_0 products read
 // their weights once per 8 tokens (matmul_q8_0), the routed experts once per 8 of each expert's
 // tokens (grouped on the device, expert_matmul.cuh), and the float products, hyper-connections
 // and MoE glue take the batch's rows in one grid. Every token's outputs are the bits of its
@@ -139,11 +139,12 @@ class CudaOps final : public Ops {
     void compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t t);
     const double *freqs(uint32_t il) const;
     // attention_core's steps: the batch's query heads and KV rows (norm, rotation, rounding,
-    // ring store); token t's compressors and indexer selection; attention of tokens t0..t0+n-1
-    // over their visible rows (gather, scores, mix, inverse rotation), the gather and row-count
-    // words at those offsets of each token's StepWords.
+    // ring store); token t's compressors; the indexer's selection of tokens t0..t0+n-1 and their
+    // attention over their visible rows (gather, scores, mix, inverse rotation), the gather and
+    // row-count words at those offsets of each token's StepWords.
     void finish_q_kv(uint32_t il, const AttentionInputs &in, int64_t m);
-    void compress_and_select(uint32_t il, const AttentionInputs &in, int64_t t);
+    void compress_token(uint32_t il, const AttentionInputs &in, int64_t t);
+    void select_rows(uint32_t il, const AttentionInputs &in, int64_t t0, int64_t n);
     void attend(uint32_t il, const float *Q, int64_t t0, int64_t n, size_t gather_word,
                 size_t rows_word, float *O);
     // A profile scope (op_profile.h) named after w's role and format, reading its bytes m times.

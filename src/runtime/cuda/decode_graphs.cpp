@@ -1,11 +1,11 @@
 #include "runtime/cuda/decode_graphs.h"
 
-#include "backend/cuda/cuda_check.h"
-#include "common/error.h"
-
 #include <cuda_profiler_api.h>
 
 #include <cstdlib>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/error.h"
 
 namespace ds4::runtime::cuda_backend {
 
