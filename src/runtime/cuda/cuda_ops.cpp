@@ -170,9 +170,12 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     flat_ = device_array<float>(size_t(hp.n_hc) * hp.n_embd);
     mixes_ = device_array<float>(hp.n_hc_mix());
     head_w_ = device_array<float>(hp.n_hc);
-    // Attention of a batch: up to attend_batch_ tokens' visible rows and scores at once (64
-    // tokens of the Flash layout's 640 rows of 512 values: 84 MB).
-    attend_batch_ = std::min<int64_t>(max_batch, 64);
+    // Attention of a batch: up to attend_batch_ tokens' visible rows and scores at once, 64 or
+    // as many as 256 MiB of rows hold (64 tokens of the Flash layout's 640 rows of 512 values at
+    // a 2K context are 84 MB; a layer of ratio 128 at 1M sees 8,321 rows, 17 MB a token).
+    const size_t row_bytes = max_visible * D * sizeof(float);
+    attend_batch_ = std::clamp<int64_t>(int64_t((size_t(256) << 20) / row_bytes), 1,
+                                        std::min<int64_t>(max_batch, 64));
     rows_ = device_array<float>(size_t(attend_batch_) * max_visible * D);
     scores_ = device_array<float>(size_t(attend_batch_) * max_visible * hp.n_head);
     idx_scores_ = device_array<float>(size_t(attend_batch_) * max_comp);
