@@ -30,10 +30,17 @@ void attention_sublayer(Ops &ops, const model::HParams &hp, const model::LayerWe
     if (compressed) project(L.comp_kv, L.comp_gate, in.comp_kv, in.comp_score);
     if (indexed) {
         project(L.idx_comp_kv, L.idx_comp_gate, in.idx_kv, in.idx_score);
-        in.idx_q = ops.buffer(n * hp.n_idx_head * hp.idx_head_dim);
-        in.idx_w = ops.buffer(n * hp.n_idx_head);
-        ops.linear(L.idx_q_b, QR, in.idx_q, n);
-        ops.linear(L.idx_proj, XN, in.idx_w, n);
+        // The indexer's queries and head weights are read only where a token sees more
+        // compressed rows than the indexer keeps, (p + 1) / ratio > top_k (docs/MODEL.md 4.5):
+        // before the batch's last token does, they are not computed (but for a backend that
+        // replays one captured step at every position).
+        const bool selects = (ops.n_past() + n) / hp.compress_ratio[il] > hp.idx_top_k;
+        if (selects || (n == 1 && ops.replays_steps())) {
+            in.idx_q = ops.buffer(n * hp.n_idx_head * hp.idx_head_dim);
+            in.idx_w = ops.buffer(n * hp.n_idx_head);
+            ops.linear(L.idx_q_b, QR, in.idx_q, n);
+            ops.linear(L.idx_proj, XN, in.idx_w, n);
+        }
     }
 
     float *O = ops.buffer(n * H * D);

@@ -98,9 +98,11 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
                     if (ctx.opts.qat_sim) indexer_qat(irow.data(), hp.idx_head_dim);
                     st.idx.push(irow.data());
                 }
-                selected =
-                    indexer_select(ctx, il, st, in.idx_q + t * hp.n_idx_head * hp.idx_head_dim,
-                                   in.idx_w + t * hp.n_idx_head, p);
+                // (no queries where no token of the batch selects: attention.cpp)
+                selected = indexer_select(
+                    ctx, il, st,
+                    in.idx_q ? in.idx_q + t * hp.n_idx_head * hp.idx_head_dim : nullptr,
+                    in.idx_w ? in.idx_w + t * hp.n_idx_head : nullptr, p);
             } else {
                 selected.resize(st.comp.size());
                 for (uint32_t c = 0; c < selected.size(); ++c) selected[c] = c;

@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "backend/cpu/indexer_score.h"
 #include "backend/cpu/qat_sim.h"
+#include "common/error.h"
 
 namespace ds4::runtime {
 
@@ -15,6 +17,9 @@ std::vector<uint32_t> indexer_select(ForwardContext &ctx, uint32_t il, const Lay
     std::vector<uint32_t> all(n_rows);
     std::iota(all.begin(), all.end(), 0u);
     if (n_rows <= hp.idx_top_k) return all;
+    if (!q || !w)
+        throw Error("internal: the indexer selects at position " + std::to_string(p) +
+                    " without its queries");
 
     const uint32_t H = hp.n_idx_head, I = hp.idx_head_dim;
     for (uint32_t h = 0; h < H; ++h) {

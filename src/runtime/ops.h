@@ -38,8 +38,10 @@ struct AttentionInputs {
     const float *kv = nullptr;  // n x head_dim, before its norm
     const float *comp_kv = nullptr, *comp_score = nullptr;  // n x width (compressed layers)
     const float *idx_kv = nullptr, *idx_score = nullptr;    // n x width (overlapped layers)
-    float *idx_q = nullptr;  // n x n_idx_head x idx_head_dim (overlapped layers)
-    float *idx_w = nullptr;  // n x n_idx_head
+    // n x n_idx_head x idx_head_dim and n x n_idx_head (overlapped layers), or both null where
+    // no token of the batch selects (each sees at most top_k compressed rows).
+    float *idx_q = nullptr;
+    float *idx_w = nullptr;
 };
 
 class Ops {
@@ -49,6 +51,9 @@ class Ops {
     // Positions the attention state can hold, and how many it holds.
     virtual uint32_t ctx() const = 0;
     virtual int64_t n_past() const = 0;
+    // Whether one captured step of one token is replayed at every position (CUDA decode graphs):
+    // the work a one-token step enqueues must then not depend on its position.
+    virtual bool replays_steps() const { return false; }
 
     // Starts a batch of tokens at positions n_past().., releasing the previous batch's buffers.
     // Ids are validated by the caller.

@@ -653,6 +653,7 @@ void CudaOps::select_rows(uint32_t il, const AttentionInputs &in, int64_t t0, in
     if (r == 0 || hp.attention_kind(il) != model::AttentionKind::Overlapped) return;
     const int64_t cap = int64_t(ctx_ / r + 1);
     if (cap <= int64_t(hp.idx_top_k)) return;  // the indexer cannot select: every row is seen
+    if (!in.idx_q) return;  // no token of the batch selects (runtime/attention.cpp)
     // runtime/indexer.cpp indexer_select, used where count > top_k; token t's ids at
     // selected_ + t top_k.
     const ProfileScope scope(profile_, s_, "attn indexer select");

@@ -45,6 +45,7 @@ class CudaOps final : public Ops {
 
     uint32_t ctx() const override { return ctx_; }
     int64_t n_past() const override { return n_past_; }
+    bool replays_steps() const override { return use_graphs_; }
     void begin_batch(std::span<const int32_t> tokens) override;
     float *buffer(size_t n) override;
     size_t mark() const override { return top_; }
