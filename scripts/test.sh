@@ -81,30 +81,24 @@ run_pytest build-asan tests/cli/test_hostile_args.py
 end "$PYTEST_COUNTS"
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
-if [ "$FUZZ_SECONDS" -gt 0 ]; then
-    begin "GGUF parser fuzzer (${FUZZ_SECONDS}s)"
+# run_fuzzer LABEL TARGET CORPUS...: builds a libFuzzer target of the fuzz preset, runs it for
+# FUZZ_SECONDS from a fresh folder and the committed corpora (a crash fails the run), and reports
+# how many inputs ran.
+run_fuzzer() {
+    local label=$1 target=$2
+    shift 2
+    begin "$label (${FUZZ_SECONDS}s)"
     cmake --preset fuzz >/dev/null
-    cmake --build build-fuzz -j"$JOBS" --target fuzz_gguf
-    mkdir -p "$work/fuzz"
-    build-fuzz/bin/fuzz_gguf -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 \
-        -print_final_stats=1 "$work/fuzz" tests/fuzz/corpus/gguf tests/gguf/malformed 2>&1 \
-        | tee "$work/fuzz.log" | tail -n 12
-    end "$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1 inputs run/p' "$work/fuzz.log")"
+    cmake --build build-fuzz -j"$JOBS" --target "$target"
+    mkdir -p "$work/$target"
+    "build-fuzz/bin/$target" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 \
+        -print_final_stats=1 "$work/$target" "$@" 2>&1 | tee "$work/$target.log" | tail -n 12
+    end "$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1 inputs run/p' "$work/$target.log")"
+}
 
-    begin "server request fuzzer (${FUZZ_SECONDS}s)"
-    cmake --build build-fuzz -j"$JOBS" --target fuzz_server_request
-    mkdir -p "$work/fuzz-server"
-    build-fuzz/bin/fuzz_server_request -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 \
-        -timeout=10 -print_final_stats=1 "$work/fuzz-server" tests/fuzz/corpus/server 2>&1 \
-        | tee "$work/fuzz-server.log" | tail -n 12
-    end "$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1 inputs run/p' "$work/fuzz-server.log")"
-
-    begin "KV checkpoint fuzzer (${FUZZ_SECONDS}s)"
-    cmake --build build-fuzz -j"$JOBS" --target fuzz_kv_checkpoint
-    mkdir -p "$work/fuzz-kv"
-    build-fuzz/bin/fuzz_kv_checkpoint -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 \
-        -timeout=10 -print_final_stats=1 "$work/fuzz-kv" tests/fuzz/corpus/kv 2>&1 \
-        | tee "$work/fuzz-kv.log" | tail -n 12
-    end "$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1 inputs run/p' "$work/fuzz-kv.log")"
+if [ "$FUZZ_SECONDS" -gt 0 ]; then
+    run_fuzzer "GGUF parser fuzzer" fuzz_gguf tests/fuzz/corpus/gguf tests/gguf/malformed
+    run_fuzzer "server request fuzzer" fuzz_server_request tests/fuzz/corpus/server
+    run_fuzzer "KV checkpoint fuzzer" fuzz_kv_checkpoint tests/fuzz/corpus/kv
 fi
 printf '\n== all tests passed\n'
