@@ -154,6 +154,12 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
         s.session.eval(ids);
     };
     try {
+        // A prompt the live session is no prefix of replaces it (resume restores an older
+        // state): with the disk cache, a live session of at least the minimum is saved first
+        // (`evict`), so that a conversation another one displaced is found again.
+        if (disk_ && !is_prefix(s.session.tokens(), prompt) &&
+            s.session.tokens().size() >= disk_->options().min_tokens)
+            disk_->store(s.session, KvSaveReason::KV_SAVE_EVICT);
         res.cached_tokens = s.resume(prompt);
         // A disk checkpoint longer than what the slot can resume replaces it (the file is checked
         // whole before its state is read; a bad one is deleted and the next one tried).

@@ -51,6 +51,8 @@ const char *kv_save_reason_name(uint32_t reason) {
             return "continued";
         case KvSaveReason::KV_SAVE_SHUTDOWN:
             return "shutdown";
+        case KvSaveReason::KV_SAVE_EVICT:
+            return "evict";
     }
     return "unknown";
 }

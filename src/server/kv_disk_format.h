@@ -35,6 +35,7 @@ enum class KvSaveReason : uint32_t {
     KV_SAVE_COLD = 1,       // after the prefill of a long prompt that reused nothing
     KV_SAVE_CONTINUED = 2,  // every --kv-cache-continued-interval-tokens positions
     KV_SAVE_SHUTDOWN = 3,   // a slot's live session at a clean shutdown
+    KV_SAVE_EVICT = 4,      // a slot's live session before a prompt it is no prefix of replaces it
 };
 const char *kv_save_reason_name(uint32_t reason);
 

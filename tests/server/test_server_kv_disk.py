@@ -1,8 +1,9 @@
 """ds4-server's disk KV cache (docs/SERVER.md, Disk KV cache) on the tiny model: a restarted server
 resumes from the checkpoints of the last one and answers as a server without them does; damaged,
 truncated, foreign (another model's) and unfinished files are deleted at start or at lookup; the
-directory stays under its budget; a server killed (-9) in the middle of a write leaves nothing that
-a restart trips on; bad flag values exit 2."""
+directory stays under its budget; a conversation displaced from its slot is saved and resumed from
+disk; a server killed (-9) in the middle of a write leaves nothing that a restart trips on; bad
+flag values exit 2."""
 import os
 import re
 import subprocess
@@ -84,6 +85,33 @@ def test_restart_resumes_from_the_checkpoints(tool, tmp_path, cold):
     assert usage["prompt_tokens_details"]["cached_tokens"] >= cold["usage1"]["prompt_tokens"]
     assert usage["prompt_tokens_details"]["cached_tokens"] < usage["prompt_tokens"]
     stop(c)
+
+
+OTHER = [{"role": "user", "content": "Renzo e Lucia fuggono di notte dal paese, sul lago"}]
+
+
+def test_a_displaced_conversation_is_saved_and_found_again(tool, tmp_path, cold):
+    """One slot, two conversations: the second prompt is no continuation of the live session, so
+    the live session (the first prompt and its answer) is saved (`evict`) before it is replaced;
+    the first conversation's next turn is then resumed from that file, with the answers of a
+    server without a disk cache."""
+    d = tmp_path / "kv"
+    a = start(tool, tmp_path, "a", d, "--kv-cache-cold-max-tokens", "0")  # no cold saves
+    text, usage = ask(a, CONV1)
+    assert (text, usage) == (cold["text1"], cold["usage1"])
+    assert "(evict)" not in a.log()
+    ask(a, OTHER)
+    m = re.search(r"kv disk: stored (\d+) tokens \(evict\)", a.log())
+    assert m, a.log()
+    evicted = int(m.group(1))
+    assert evicted > usage["prompt_tokens"]  # the answer's tokens too
+    # The slot now holds the other conversation: only the evicted file can resume this one.
+    text, usage = ask(a, conv2(cold["text1"]))
+    assert text == cold["text2"]
+    assert usage["prompt_tokens"] == cold["usage2"]["prompt_tokens"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == evicted, a.log()
+    assert "kv disk: loaded" in a.log()
+    stop(a)
 
 
 def flip(path, at):
