@@ -1,5 +1,5 @@
-"""A bounded load test of ds4-server on loopback (docs/SERVER.md, Tests): 12 clients for
-DS4_LOAD_SECONDS (default 30) against --parallel 4, a mix of OpenAI and Anthropic requests,
+"""A bounded load test of ds4-server on loopback (docs/SERVER.md, Tests): DS4_LOAD_CLIENTS clients
+(default 12) for DS4_LOAD_SECONDS (default 30) against --parallel 4, a mix of OpenAI and Anthropic requests,
 streamed and not, through the official SDKs. Every request must succeed with a sane answer, the
 latency percentiles are printed, and the server's resident memory must stay flat after warm-up."""
 import os
@@ -9,7 +9,7 @@ import time
 
 from ds4_server_harness import MODEL_ID, start_server
 
-CLIENTS = 12
+CLIENTS = int(os.environ.get("DS4_LOAD_CLIENTS", "12"))
 SECONDS = float(os.environ.get("DS4_LOAD_SECONDS", "30"))
 WORDS = ["Renzo", "Lucia", "Agnese", "don Abbondio", "il lago", "Milano", "la peste", "i bravi", "il castello"]
 
