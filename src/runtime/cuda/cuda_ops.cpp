@@ -89,6 +89,11 @@ cuda::DeviceBuffer compressor_window(size_t n, float fill) {
 CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardOptions opts,
                  uint32_t max_batch)
     : m_(model), hp_(model.hp()), ctx_(ctx), max_batch_(max_batch), f16_(f16_rows), opts_(opts) {
+    // A batch's tokens are a grid dimension of its launches (at most 65535 blocks).
+    if (max_batch == 0 || max_batch > 65535)
+        throw Error(fmt::format(
+            "CUDA backend: a prefill chunk of {} tokens; the CUDA backend takes 1 to 65535",
+            max_batch));
     DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
     const model::HParams &hp = hp_;
     const uint32_t D = hp.head_dim, I = hp.idx_head_dim;
