@@ -714,6 +714,22 @@ void CudaOps::attend(uint32_t il, const float *Q, int64_t t0, int64_t n, size_t 
     cuda::rope_tail(o, H, D, freqs(il), hp.n_rot / 2, word(t0, kPos), true, s_, int(n), stride);
 }
 
+cuda::RouteDeviceParams CudaOps::route_params(uint32_t il, int64_t t) const {
+    const model::LayerWeights &L = m_.weights().layers[il];
+    cuda::RouteDeviceParams p;
+    p.n_expert = hp_.n_expert;
+    p.n_used = hp_.n_expert_used;
+    p.bias = m_.vec(L.exp_probs_b);
+    p.normalize = hp_.expert_weights_norm;
+    p.scale = hp_.expert_weights_scale;
+    if (L.tid2eid) {
+        p.hash_table = m_.table(L.tid2eid);
+        p.token = tokens_.as<int32_t>() + t;
+        p.hash_rows = static_cast<int64_t>(L.tid2eid->dim(1));
+    }
+    return p;
+}
+
 void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int64_t m,
                          float *slot_out) {
     if (replaying(9, {il, reinterpret_cast<uintptr_t>(XN), reinterpret_cast<uintptr_t>(logits),
@@ -733,17 +749,7 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
     for (int64_t t = 0; t < m; ++t) {
         int32_t *ids = expert_ids_.as<int32_t>() + t * K;
         float *weights = expert_w_.as<float>() + t * K;
-        cuda::RouteDeviceParams p;
-        p.n_expert = hp.n_expert;
-        p.n_used = hp.n_expert_used;
-        p.bias = m_.vec(L.exp_probs_b);
-        p.normalize = hp.expert_weights_norm;
-        p.scale = hp.expert_weights_scale;
-        if (L.tid2eid) {
-            p.hash_table = m_.table(L.tid2eid);
-            p.token = tokens_.as<int32_t>() + t;
-            p.hash_rows = static_cast<int64_t>(L.tid2eid->dim(1));
-        }
+        const cuda::RouteDeviceParams p = route_params(il, t);
         auto scope = std::make_optional<ProfileScope>(profile_, s_, "moe route");
         cuda::route_experts(logits + t * hp.n_expert, p, ids, weights, s_);
         const float *x = XN + t * E;
@@ -779,18 +785,7 @@ void CudaOps::moe_routed_grouped(uint32_t il, const float *XN, const float *logi
     float *weights = expert_w_.as<float>();
     {
         const ProfileScope scope(profile_, s_, "moe route");
-        cuda::RouteDeviceParams p;
-        p.n_expert = hp.n_expert;
-        p.n_used = hp.n_expert_used;
-        p.bias = m_.vec(L.exp_probs_b);
-        p.normalize = hp.expert_weights_norm;
-        p.scale = hp.expert_weights_scale;
-        if (L.tid2eid) {
-            p.hash_table = m_.table(L.tid2eid);
-            p.token = tokens_.as<int32_t>();
-            p.hash_rows = static_cast<int64_t>(L.tid2eid->dim(1));
-        }
-        cuda::route_experts(logits, p, ids, weights, s_, int(m));
+        cuda::route_experts(logits, route_params(il, 0), ids, weights, s_, int(m));
         cuda::group_by_expert(ids, int(pairs), int(hp.n_expert), expert_offsets_.as<int32_t>(),
                               expert_order_.as<int32_t>(), s_);
     }

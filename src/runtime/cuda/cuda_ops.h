@@ -27,6 +27,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/float_matvec.h"
+#include "backend/cuda/moe_ops.h"
 #include "backend/cuda/q8_k_quantize.h"
 #include "runtime/cuda/decode_graphs.h"
 #include "runtime/cuda/device_model.h"
@@ -127,6 +128,9 @@ class CudaOps final : public Ops {
     cuda::Q8_KActivation quantize_q8_k(const float *x, int64_t n);
     // The same into the batch scratch (a chunk's rows).
     cuda::Q8_KActivation quantize_q8_k_batch(const float *x, int64_t n);
+    // The router's parameters for layer il, its hash table read at token t of the batch (and,
+    // routing several tokens at once, the ones after it).
+    cuda::RouteDeviceParams route_params(uint32_t il, int64_t t) const;
     // moe_routed for a batch whose routed experts take Q8_K activations: the pairs grouped by
     // expert on the device, each expert's weights read once per tile of its pairs.
     void moe_routed_grouped(uint32_t il, const float *XN, const float *logits, int64_t m,
