@@ -230,7 +230,8 @@ int bench_main(int argc, char **argv) {
     app.add_option("-n,--gen-tokens,--tokens", opt.gen_tokens, "Greedy tokens at each frontier")
         ->check(integer_in(1, kMaxU32))
         ->capture_default_str();
-    app.add_option("--chunk", opt.chunk, "Prefill batch size")
+    app.add_option("--chunk", opt.chunk,
+                   "Prefill batch size (the CUDA backend takes at most 65535)")
         ->check(integer_in(1, 1 << 20))
         ->capture_default_str();
     app.add_option("--runs", opt.runs, "Runs in this process; rows report the medians")

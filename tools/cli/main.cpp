@@ -271,7 +271,8 @@ int ds4_main(int argc, char **argv) {
     ds4::tools::add_backend_options(app, backend);
     ds4::tools::SsdStreamingFlags ssd;
     ds4::tools::add_ssd_streaming_options(app, ssd);
-    app.add_option("--chunk", opt.chunk, "Prefill batch size in tokens")
+    app.add_option("--chunk", opt.chunk,
+                   "Prefill batch size in tokens (the CUDA backend takes at most 65535)")
         ->check(integer_in(1, 1 << 20))
         ->default_str("256");
     app.add_flag("--no-qat-sim", no_qat,
