@@ -12,7 +12,9 @@
 //     the split of k);
 //   - route_experts, sum_slots, hc_mix_combine and hc_post over n tokens, and the attention's
 //     row_finish (query heads; KV rows into a table, one token's index -1), the indexer's
-//     scores and top-k (counts below, at and above k), gather_rows_step,
+//     scores and top-k (counts below, at and above k), the compressor (pushes, pools and shifts
+//     of a batch in one launch, then its rows' chain in one more, against compressor_push_step,
+//     the pooling row_finish and compressor_shift_if token by token), gather_rows_step,
 //     attention_scores, attention_mix and rope_tail: token t's outputs equal a one-token launch
 //     on token t's inputs and device words (words of 5 int64 a token, as a step's are strided).
 #include <cuda_runtime.h>
@@ -511,6 +513,87 @@ TEST(CudaBatchedAttention, IndexerScoresAndTopKOverTokensAreEachTokens) {
         const auto k1 = to_host<int32_t>(sel, kK);
         ASSERT_TRUE(std::equal(k1.begin(), k1.end(), g_sel.begin() + t * kK))
             << "selection of token " << t;
+    }
+}
+
+TEST(CudaBatchedAttention, CompressorOverTokensIsTokenByToken) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int64_t kD = 128, kRot = 64, kTokens = 23, kTable = 16, kP0 = 5;
+    const auto f =
+        backend::cpu::RopeFreqs::yarn(uint32_t(kRot), 160000.0, 16.0, 65536.0, 32.0, 1.0);
+    const DeviceBuffer freqs = to_device(f.f);
+    const auto norm_w = random_floats(kD, 91, 1.0f);
+    const DeviceBuffer dnorm = to_device(norm_w);
+    for (const auto &[ratio, overlap] : {std::pair{4, true}, std::pair{16, false}}) {
+        const int64_t width = overlap ? 2 * kD : kD, rows = overlap ? 2 * ratio : ratio;
+        const auto kv = random_floats(kTokens * width, 92 + ratio, 2.0f);
+        const auto score = random_floats(kTokens * width, 93 + ratio, 2.0f);
+        const auto ape = random_floats(ratio * width, 94 + ratio, 0.5f);
+        // A window state already part-filled (the batch starts at position kP0).
+        auto state_kv0 = random_floats(rows * width, 95, 2.0f);
+        auto state_score0 = random_floats(rows * width, 96, 2.0f);
+        for (int64_t i = 0; i < width; ++i) state_score0[size_t(i)] = -INFINITY;  // a row unwritten
+        // words per token: {phase, completes (row index or -1), pooled row position}
+        std::vector<int64_t> words(kTokens * kWordStride, 0);
+        for (int64_t t = 0; t < kTokens; ++t) {
+            const int64_t p = kP0 + t;
+            words[size_t(t * kWordStride)] = p % ratio;
+            words[size_t(t * kWordStride + 1)] = (p + 1) % ratio == 0 ? ((p + 1) / ratio - 1) : -1;
+            words[size_t(t * kWordStride + 2)] = p + 1 - ratio;
+        }
+        const DeviceBuffer dkv = to_device(kv), dscore = to_device(score), dape = to_device(ape),
+                           dwords = to_device(words);
+        cuda::RowFinish base;
+        base.d = kD;
+        base.norm_w = dnorm.as<float>();
+        base.eps = 1e-6f;
+        base.freqs = freqs.as<double>();
+        base.n_freq = kRot / 2;
+        base.rounding = RowRounding::Fp8;
+        base.n_fp8 = kD - kRot;
+        base.f16 = true;
+        // Token by token.
+        DeviceBuffer skv1 = to_device(state_kv0), ssc1 = to_device(state_score0),
+                     table1 = to_device(test::poison_floats(kTable * kD));
+        for (int64_t t = 0; t < kTokens; ++t) {
+            const int64_t *w = dwords.as<int64_t>() + t * kWordStride;
+            compressor_push_step(dkv.as<float>() + t * width, dscore.as<float>() + t * width,
+                                 dape.as<float>(), width, w, overlap ? ratio : 0, skv1.as<float>(),
+                                 ssc1.as<float>(), nullptr);
+            cuda::RowFinish r = base;
+            r.state_kv = skv1.as<float>(), r.state_score = ssc1.as<float>();
+            r.ratio = ratio, r.overlap = overlap, r.width = width;
+            r.pos = w + 2, r.index = w + 1, r.table = table1.as<float>();
+            row_finish(r, nullptr);
+            if (overlap)
+                compressor_shift_if(skv1.as<float>(), ssc1.as<float>(), ratio, width, w + 1,
+                                    nullptr);
+        }
+        // The batch.
+        DeviceBuffer skv2 = to_device(state_kv0), ssc2 = to_device(state_score0),
+                     table2 = to_device(test::poison_floats(kTable * kD)),
+                     pooled = to_device(test::poison_floats(kTokens * kD));
+        compressor_batch(dkv.as<float>(), dscore.as<float>(), dape.as<float>(), kD, width, ratio,
+                         overlap, overlap ? ratio : 0, dwords.as<int64_t>(),
+                         dwords.as<int64_t>() + 1, kWordStride, int(kTokens), skv2.as<float>(),
+                         ssc2.as<float>(), pooled.as<float>(), nullptr);
+        const int64_t first = (ratio - (kP0 + 1) % ratio) % ratio;
+        cuda::RowFinish r = base;
+        r.rows = pooled.as<float>();
+        r.n_rows = (kTokens - 1 - first) / ratio + 1;
+        r.pos = dwords.as<int64_t>() + first * kWordStride + 2;
+        r.index = dwords.as<int64_t>() + first * kWordStride + 1;
+        r.rows_per_token = 1, r.word_stride = ratio * kWordStride, r.table = table2.as<float>();
+        row_finish(r, nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const size_t n_state = size_t(rows * width);
+        ASSERT_TRUE(same_bits(to_host<float>(skv1, n_state), to_host<float>(skv2, n_state)))
+            << "window values, ratio " << ratio;
+        ASSERT_TRUE(same_bits(to_host<float>(ssc1, n_state), to_host<float>(ssc2, n_state)))
+            << "window scores, ratio " << ratio;
+        ASSERT_TRUE(
+            same_bits(to_host<float>(table1, kTable * kD), to_host<float>(table2, kTable * kD)))
+            << "pooled rows, ratio " << ratio;
     }
 }
 

@@ -62,49 +62,62 @@ struct Weights8<GgmlType::BF16> {
 // Groups of TPR threads compute one row each (256 / TPR rows per block), over the split
 // blockIdx.y of S equal parts of k. Each thread sums its exact double products; the warp adds
 // them with a butterfly, then the warps of a group in index order (shared memory).
-// blockIdx.z is the output slot: with ids, the rows are those of expert ids[slot], and with
-// x_per_slot the activation is the slot's own row; outputs and partial sums of slot s are
-// those of rows s * n_rows + row. A dense product is one slot without ids.
-template <GgmlType T, int TPR>
+// blockIdx.z covers NT output slots (of n_slots): with ids (NT = 1), the rows are those of
+// expert ids[slot], and with x_per_slot the activation is the slot's own row; outputs and
+// partial sums of slot s are those of rows s * n_rows + row. A dense product is one slot
+// without ids; a batch (matmul_float) is NT rows of x per block, each weight value loaded once
+// for all of them and each slot's sum formed exactly as a one-slot launch forms it.
+template <GgmlType T, int TPR, int NT>
 __global__ void __launch_bounds__(kThreads)
     matvec_float_kernel(const void *__restrict__ w, int64_t n_rows, int64_t k, int64_t span,
-                        const int32_t *__restrict__ ids, bool x_per_slot,
+                        const int32_t *__restrict__ ids, bool x_per_slot, int64_t n_slots,
                         const float *__restrict__ x, float *__restrict__ y,
                         double *__restrict__ partial, unsigned *__restrict__ counters) {
     dev::wait_for_previous_kernels();
     constexpr int kGroups = kThreads / TPR, kWarpsPerGroup = TPR / kWarp;
-    __shared__ double sums[kGroups][kWarpsPerGroup];
+    __shared__ double sums[NT][kGroups][kWarpsPerGroup];
     const int group = threadIdx.x / TPR, t = threadIdx.x % TPR, lane = threadIdx.x % kWarp;
-    const int64_t row = int64_t(blockIdx.x) * kGroups + group, slot = blockIdx.z;
+    const int64_t row = int64_t(blockIdx.x) * kGroups + group, slot0 = int64_t(blockIdx.z) * NT;
+    // the block's slots (a one-slot block always has its slot: the grid has no spare blocks)
+    const int ns = NT == 1 ? 1 : int(min(int64_t(NT), n_slots - slot0));
     const int64_t begin = int64_t(blockIdx.y) * span, end = min(k, begin + span);
-    const int64_t first_row = ids ? int64_t(ids[slot]) * n_rows : 0;
-    if (x_per_slot) x += slot * k;
-    y += slot * n_rows;
-    if (partial) partial += slot * n_rows * gridDim.y;
+    const int64_t first_row = ids ? int64_t(ids[slot0]) * n_rows : 0;
     const void *wrow =
         static_cast<const char *>(w) + (first_row + min(row, n_rows - 1)) * k * Weights8<T>::kBytes;
-    double acc = 0.0;
+    double acc[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j] = 0.0;
     for (int64_t i = begin + int64_t(t) * kValues; i < end; i += int64_t(TPR) * kValues) {
         float wv[8];
         Weights8<T>::load(wrow, i, wv);
-        const float4 xa = __ldg(reinterpret_cast<const float4 *>(x + i));
-        const float4 xb = __ldg(reinterpret_cast<const float4 *>(x + i) + 1);
-        const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc += double(wv[j]) * double(xv[j]);  // exact products
+        for (int j = 0; j < NT; ++j) {
+            if (NT > 1 && j >= ns) break;  // the same for the whole block
+            const float *xs = x + (x_per_slot ? (slot0 + j) * k : 0) + i;
+            const float4 xa = __ldg(reinterpret_cast<const float4 *>(xs));
+            const float4 xb = __ldg(reinterpret_cast<const float4 *>(xs) + 1);
+            const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+            for (int v = 0; v < 8; ++v) acc[j] += double(wv[v]) * double(xv[v]);  // exact products
+        }
     }
-    for (int o = kWarp / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) sums[group][t / kWarp] = acc;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        for (int o = kWarp / 2; o > 0; o /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+        if (lane == 0) sums[j][group][t / kWarp] = acc[j];
+    }
     __syncthreads();
-    if (t == 0 && row < n_rows) {
-        double v = 0.0;
+    if (t == 0 && row < n_rows)
+        for (int j = 0; j < ns; ++j) {
+            double v = 0.0;
 #pragma unroll
-        for (int i = 0; i < kWarpsPerGroup; ++i) v += sums[group][i];
-        if (gridDim.y == 1)
-            y[row] = static_cast<float>(v);
-        else
-            partial[row * gridDim.y + blockIdx.y] = v;
-    }
+            for (int i = 0; i < kWarpsPerGroup; ++i) v += sums[j][group][i];
+            const int64_t slot = slot0 + j;
+            if (gridDim.y == 1)
+                y[slot * n_rows + row] = static_cast<float>(v);
+            else
+                partial[(slot * n_rows + row) * gridDim.y + blockIdx.y] = v;
+        }
     if (gridDim.y == 1) return;
     // Split k: the last block of this row group to arrive adds the partial sums in split order
     // (the threadfence reduction pattern: each block's partials are visible device-wide before
@@ -112,15 +125,18 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ bool last;
     __threadfence();
     __syncthreads();
-    unsigned *arrived = counters + slot * gridDim.x + blockIdx.x;
+    unsigned *arrived = counters + int64_t(blockIdx.z) * gridDim.x + blockIdx.x;
     if (threadIdx.x == 0) last = atomicAdd(arrived, 1u) == gridDim.y - 1;
     __syncthreads();
     if (!last) return;
-    if (t == 0 && row < n_rows) {
-        double v = 0.0;
-        for (unsigned s = 0; s < gridDim.y; ++s) v += __ldcg(partial + row * gridDim.y + s);
-        y[row] = static_cast<float>(v);
-    }
+    if (t == 0 && row < n_rows)
+        for (int j = 0; j < ns; ++j) {
+            const int64_t slot = slot0 + j;
+            double v = 0.0;
+            for (unsigned s = 0; s < gridDim.y; ++s)
+                v += __ldcg(partial + (slot * n_rows + row) * gridDim.y + s);
+            y[slot * n_rows + row] = static_cast<float>(v);
+        }
     if (threadIdx.x == 0) *arrived = 0;
 }
 
@@ -152,27 +168,50 @@ struct Slots {
     bool x_per_slot = false;
 };
 
-template <GgmlType T>
+// Rows of x a matmul_float block takes (each weight value loaded once for all of them).
+constexpr int kBatchRows = 8;
+
+template <GgmlType T, int NT>
 void launch(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
             double *partial, unsigned *counters, cudaStream_t s) {
     const dim3 grid(unsigned((w.n_rows + kThreads / p.tpr - 1) / (kThreads / p.tpr)),
-                    unsigned(p.split), unsigned(sl.n_slots));
+                    unsigned(p.split), unsigned((sl.n_slots + NT - 1) / NT));
+    const int64_t n_slots = sl.n_slots;
     switch (p.tpr) {
         case 256:
-            launch_kernel(matvec_float_kernel<T, 256>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
-                          p.span, sl.ids, sl.x_per_slot, x, y, partial, counters);
+            launch_kernel(matvec_float_kernel<T, 256, NT>, grid, kThreads, 0, s, w.data, w.n_rows,
+                          w.k, p.span, sl.ids, sl.x_per_slot, n_slots, x, y, partial, counters);
             break;
         case 128:
-            launch_kernel(matvec_float_kernel<T, 128>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
-                          p.span, sl.ids, sl.x_per_slot, x, y, partial, counters);
+            launch_kernel(matvec_float_kernel<T, 128, NT>, grid, kThreads, 0, s, w.data, w.n_rows,
+                          w.k, p.span, sl.ids, sl.x_per_slot, n_slots, x, y, partial, counters);
             break;
         case 64:
-            launch_kernel(matvec_float_kernel<T, 64>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
-                          p.span, sl.ids, sl.x_per_slot, x, y, partial, counters);
+            launch_kernel(matvec_float_kernel<T, 64, NT>, grid, kThreads, 0, s, w.data, w.n_rows,
+                          w.k, p.span, sl.ids, sl.x_per_slot, n_slots, x, y, partial, counters);
             break;
         default:
-            launch_kernel(matvec_float_kernel<T, 32>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
-                          p.span, sl.ids, sl.x_per_slot, x, y, partial, counters);
+            launch_kernel(matvec_float_kernel<T, 32, NT>, grid, kThreads, 0, s, w.data, w.n_rows,
+                          w.k, p.span, sl.ids, sl.x_per_slot, n_slots, x, y, partial, counters);
+    }
+}
+
+// NT slots per block: 1 for a product or the experts' slots, kBatchRows for a batch (no ids).
+template <int NT>
+void launch_type(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
+                 double *partial, unsigned *counters, cudaStream_t stream) {
+    switch (w.type) {
+        case GgmlType::F32:
+            launch<GgmlType::F32, NT>(w, p, sl, x, y, partial, counters, stream);
+            break;
+        case GgmlType::F16:
+            launch<GgmlType::F16, NT>(w, p, sl, x, y, partial, counters, stream);
+            break;
+        case GgmlType::BF16:
+            launch<GgmlType::BF16, NT>(w, p, sl, x, y, partial, counters, stream);
+            break;
+        default:
+            throw ds4::Error("matvec_float takes F32, F16 or BF16 weights");
     }
 }
 
@@ -190,22 +229,13 @@ size_t partial_bytes(const FloatMatrix &w, const Plan &p, int64_t n_slots) {
 
 // p: the plan (plan(w, n_slots), or a one-slot plan that every slot of a batch follows).
 void run(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
-         unsigned *counters, double *partial, cudaStream_t stream) {
+         unsigned *counters, double *partial, cudaStream_t stream, bool batch = false) {
     if (p.split > 1 && (!counters || !partial))
         throw ds4::Error("matvec_float: this matrix needs scratch");
-    switch (w.type) {
-        case GgmlType::F32:
-            launch<GgmlType::F32>(w, p, sl, x, y, partial, counters, stream);
-            break;
-        case GgmlType::F16:
-            launch<GgmlType::F16>(w, p, sl, x, y, partial, counters, stream);
-            break;
-        case GgmlType::BF16:
-            launch<GgmlType::BF16>(w, p, sl, x, y, partial, counters, stream);
-            break;
-        default:
-            throw ds4::Error("matvec_float takes F32, F16 or BF16 weights");
-    }
+    if (batch)
+        launch_type<kBatchRows>(w, p, sl, x, y, partial, counters, stream);
+    else
+        launch_type<1>(w, p, sl, x, y, partial, counters, stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -268,7 +298,7 @@ void matmul_float(const FloatMatrix &w, const float *X, int64_t m, float *Y,
                         scratch.partial_bytes < partial_bytes(w, p, m)))
         throw ds4::Error("matmul_float: the scratch is smaller than this batch needs");
     run(w, p, Slots{nullptr, int(m), true}, X, Y, static_cast<unsigned *>(scratch.counters),
-        static_cast<double *>(scratch.partial), stream);
+        static_cast<double *>(scratch.partial), stream, true);
 }
 
 }  // namespace ds4::cuda

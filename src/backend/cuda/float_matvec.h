@@ -49,8 +49,9 @@ void matvec_float_experts(const FloatMatrix &w, const int32_t *ids, int n_ids, c
                           bool x_per_slot, float *y, void *scratch, cudaStream_t stream);
 
 // A batch's products (prefill): m activation rows X (m x k) into Y (m x n_rows), each output row
-// the bits matvec_float gives its row (every row splits k as one product does). The weights are
-// read once per row from the cache hierarchy (the mixers and the router are small). The scratch
+// the bits matvec_float gives its row (every row splits k as one product does); a block takes 8
+// rows, each weight value loaded once for the 8 (and each row's sums formed as one product forms
+// them). The scratch
 // has a fixed counter region, so that the partial sums of one matrix never land on the counters
 // of another: counters (zero before the first product; each product leaves them zero) of at
 // least float_matmul_counter_bytes(w, m) for every w and m it serves, partial sums of at least

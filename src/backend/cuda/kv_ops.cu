@@ -89,7 +89,54 @@ __global__ void compressor_shift_kernel(float *__restrict__ kv, float *__restric
     score[i] = score[n + i];
 }
 
+// compressor_batch: thread j pushes, pools and shifts its columns token by token.
+__global__ void compressor_batch_kernel(
+    const float *__restrict__ kv, const float *__restrict__ score, const float *__restrict__ ape,
+    int64_t d, int64_t width, int ratio, bool overlap, int64_t slot_base,
+    const int64_t *__restrict__ phase, const int64_t *__restrict__ completes, int64_t word_stride,
+    int n_tokens, float *state_kv, float *state_score, float *__restrict__ pooled) {
+    dev::wait_for_previous_kernels();
+    const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (j >= d) return;
+    const int n_cols = overlap ? 2 : 1;  // columns j and d + j
+    int64_t done = 0;
+    for (int t = 0; t < n_tokens; ++t) {
+        const int64_t ph = phase[t * word_stride], slot = slot_base + ph;
+        const float *kt = kv + int64_t(t) * width, *st = score + int64_t(t) * width;
+        for (int c = 0; c < n_cols; ++c) {
+            const int64_t col = j + c * d;
+            state_kv[slot * width + col] = kt[col];
+            state_score[slot * width + col] = __fadd_rn(st[col], ape[ph * width + col]);
+        }
+        if (completes[t * word_stride] < 0) continue;
+        pooled[done * d + j] = dev::pool_column(state_kv, state_score, ratio, overlap, d, width, j);
+        ++done;
+        if (!overlap) continue;
+        for (int i = 0; i < ratio; ++i)
+            for (int c = 0; c < n_cols; ++c) {
+                const int64_t col = j + c * d;
+                state_kv[i * width + col] = state_kv[(ratio + i) * width + col];
+                state_score[i * width + col] = state_score[(ratio + i) * width + col];
+            }
+    }
+}
+
 }  // namespace
+
+void compressor_batch(const float *kv, const float *score, const float *ape, int64_t d,
+                      int64_t width, int ratio, bool overlap, int64_t slot_base,
+                      const int64_t *phase, const int64_t *completes, int64_t word_stride,
+                      int n_tokens, float *state_kv, float *state_score, float *pooled,
+                      cudaStream_t stream) {
+    if (ratio < 1 || d <= 0 || width != (overlap ? 2 * d : d) || slot_base < 0)
+        throw ds4::Error("compressor_batch: bad ratio, width or slots");
+    if (n_tokens <= 0) return;
+    constexpr int kBatchThreads = 64;  // d is a few hundred columns: spread them
+    launch_kernel(compressor_batch_kernel, blocks_for(d, kBatchThreads), kBatchThreads, 0, stream,
+                  kv, score, ape, d, width, ratio, overlap, slot_base, phase, completes,
+                  word_stride, n_tokens, state_kv, state_score, pooled);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
 
 void store_row(const float *row, int64_t d, bool f16_round, float *dst, cudaStream_t stream) {
     if (d < 0) throw ds4::Error("store_row: negative row size");

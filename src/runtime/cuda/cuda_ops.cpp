@@ -204,6 +204,8 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
         q8k_batch_d_ = device_array<float>(n / 256 + 1);
         q8k_batch_bsums_ = device_array<int16_t>(n / 16 + 1);
         expert_offsets_ = device_array<int32_t>(size_t(hp.n_expert) + 1);
+        // a batch's pooled compressor rows: at most one a token
+        pooled_ = device_array<float>(size_t(max_batch) * std::max(hp.head_dim, hp.idx_head_dim));
         expert_order_ = device_array<int32_t>(size_t(max_batch) * K);
     }
     DS4_CUDA_CHECK(cudaDeviceSynchronize());
@@ -539,6 +541,24 @@ void CudaOps::hc_head(const float *X, float *out) {
     cuda::hc_combine(head_w_.as<float>(), X, n, E, out, s_);
 }
 
+cuda::RowFinish CudaOps::compressed_row(uint32_t il, bool indexer) {
+    const model::LayerWeights &L = m_.weights().layers[il];
+    LayerKv &st = kv_[il];
+    cuda::RowFinish f;
+    f.d = indexer ? hp_.idx_head_dim : hp_.head_dim;
+    f.norm_w = m_.vec(indexer ? L.idx_comp_norm : L.comp_norm);
+    f.eps = hp_.rms_eps;
+    f.freqs = freqs(il);
+    f.n_freq = hp_.n_rot / 2;
+    // The per-cache rounding: FP8 on the attention row's non-rotary dims, Hadamard + FP4 on the
+    // indexer's (docs/MODEL.md 4.0).
+    if (opts_.qat_sim) f.rounding = indexer ? cuda::RowRounding::Indexer : cuda::RowRounding::Fp8;
+    f.n_fp8 = indexer ? 0 : hp_.n_nope();
+    f.table = (indexer ? st.idx : st.comp).as<float>();
+    f.f16 = f16_;
+    return f;
+}
+
 void CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t t) {
     const model::LayerWeights &L = m_.weights().layers[il];
     LayerKv &st = kv_[il];
@@ -559,27 +579,46 @@ void CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *
     // computed and stored, and the window shifted, only where the token completes it (the device
     // word `completes`). The work enqueued is the same at every position (a replayed graph), the
     // stored rows the CPU's.
-    cuda::RowFinish f;
-    f.d = d;
+    cuda::RowFinish f = compressed_row(il, indexer);
     f.state_kv = state_kv;
     f.state_score = state_score;
     f.ratio = int(r);
     f.overlap = overlap;
     f.width = W;
-    f.norm_w = m_.vec(indexer ? L.idx_comp_norm : L.comp_norm);
-    f.eps = hp_.rms_eps;
-    f.freqs = freqs(il);
-    f.n_freq = hp_.n_rot / 2;
     f.pos = ratio_word(t, r, kCompPos);
-    // The per-cache rounding: FP8 on the attention row's non-rotary dims, Hadamard + FP4 on the
-    // indexer's (docs/MODEL.md 4.0).
-    if (opts_.qat_sim) f.rounding = indexer ? cuda::RowRounding::Indexer : cuda::RowRounding::Fp8;
-    f.n_fp8 = indexer ? 0 : hp_.n_nope();
-    f.table = (indexer ? st.idx : st.comp).as<float>();
     f.index = completes;
-    f.f16 = f16_;
     cuda::row_finish(f, s_);
     if (overlap) cuda::compressor_shift_if(state_kv, state_score, int(r), W, completes, s_);
+}
+
+void CudaOps::compress_batch(uint32_t il, bool indexer, const float *kv, const float *score,
+                             int64_t m) {
+    const model::LayerWeights &L = m_.weights().layers[il];
+    LayerKv &st = kv_[il];
+    const uint32_t r = hp_.compress_ratio[il];
+    const bool overlap = hp_.compressor_coff(il) == 2;
+    const int64_t d = indexer ? hp_.idx_head_dim : hp_.head_dim;
+    const int64_t W = int64_t(hp_.compressor_coff(il)) * d, stride = int64_t(step_words());
+    const ProfileScope scope(profile_, s_, indexer ? "attn indexer compressor" : "attn compressor");
+    // Every token's push, and the pooled rows of the windows the batch completes (compress()'s
+    // work token by token, in one launch).
+    float *pooled = pooled_.as<float>();
+    cuda::compressor_batch(kv, score, m_.vec(indexer ? L.idx_comp_ape : L.comp_ape), d, W, int(r),
+                           overlap, overlap ? r : 0, ratio_word(0, r, kPhase),
+                           ratio_word(0, r, kStoreIndex), stride, int(m),
+                           (indexer ? st.idx_kv : st.comp_kv).as<float>(),
+                           (indexer ? st.idx_score : st.comp_score).as<float>(), pooled, s_);
+    // Token t completes a window where (n_past + t + 1) % r == 0: every r-th from the first.
+    const int64_t first = (r - (n_past_ + 1) % r) % r;
+    if (first >= m) return;
+    cuda::RowFinish f = compressed_row(il, indexer);
+    f.rows = pooled;
+    f.n_rows = (m - 1 - first) / r + 1;
+    f.pos = ratio_word(first, r, kCompPos);
+    f.index = ratio_word(first, r, kStoreIndex);
+    f.rows_per_token = 1;
+    f.word_stride = int64_t(r) * stride;  // the completing tokens' words
+    cuda::row_finish(f, s_);
 }
 
 void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, float *O) {
@@ -590,8 +629,8 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
     // Every token's query heads and KV row at once: the ring holds the batch's rows beside the
     // window each token sees (ring_rows_).
     finish_q_kv(il, in, m);
-    // Then, token by token, the compressors (each token pools into the window its
-    // predecessors left).
+    // Then the compressors (each token pools into the window its predecessors left: one
+    // launch walks the batch's tokens in order).
     size_t gather = kPlainGather, n_rows = kPlainRows;
     if (r != 0) {
         const bool indexed = hp_.attention_kind(il) == model::AttentionKind::Overlapped;
@@ -599,7 +638,7 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
         gather = base + (indexed ? kGatherIndexed : kGatherAll);
         n_rows = base + (indexed ? kRowsIndexed : kRowsAll);
     }
-    for (int64_t t = 0; t < m; ++t) compress_token(il, in, t);
+    compress_tokens(il, in, m);
     // Then the indexer's selection and attention over the visible rows, for as many tokens at
     // once as the scratch holds (a token's scores and selection only see the rows pooled up to
     // it: its count word).
@@ -642,14 +681,17 @@ void CudaOps::finish_q_kv(uint32_t il, const AttentionInputs &in, int64_t m) {
     cuda::row_finish(fkv, s_);
 }
 
-void CudaOps::compress_token(uint32_t il, const AttentionInputs &in, int64_t t) {
+void CudaOps::compress_tokens(uint32_t il, const AttentionInputs &in, int64_t m) {
     const model::HParams &hp = hp_;
     if (hp.compress_ratio[il] == 0) return;
-    const int64_t cw = int64_t(hp.compressor_coff(il)) * hp.head_dim;
-    compress(il, false, in.comp_kv + t * cw, in.comp_score + t * cw, t);
-    if (hp.attention_kind(il) != model::AttentionKind::Overlapped) return;
-    const int64_t iw = int64_t(hp.compressor_coff(il)) * hp.idx_head_dim;
-    compress(il, true, in.idx_kv + t * iw, in.idx_score + t * iw, t);
+    const bool indexed = hp.attention_kind(il) == model::AttentionKind::Overlapped;
+    if (m > 1) {
+        compress_batch(il, false, in.comp_kv, in.comp_score, m);
+        if (indexed) compress_batch(il, true, in.idx_kv, in.idx_score, m);
+        return;
+    }
+    compress(il, false, in.comp_kv, in.comp_score, 0);
+    if (indexed) compress(il, true, in.idx_kv, in.idx_score, 0);
 }
 
 void CudaOps::select_rows(uint32_t il, const AttentionInputs &in, int64_t t0, int64_t n) {

@@ -7,9 +7,9 @@
 //
 // A batch of one token (decode) runs as a CUDA graph captured at the first step and replayed
 // after (decode_graphs.h; DS4_CUDA_GRAPHS=0 launches every kernel instead, for comparisons); a
-// batch of several (prefill) runs eagerly: the compressors token by token through the decode
-// kernels, everything else a launch per operation for the whole batch (the indexer and
-// attention: up to 64 tokens a launch): the Q8_0 products read
+// batch of several (prefill) runs eagerly, a launch per operation for the whole batch (the
+// compressors walk its tokens in order in one launch; the indexer and attention take up to 64
+// tokens a launch): the Q8_0 products read
 // their weights once per 8 tokens (matmul_q8_0), the routed experts once per 8 of each expert's
 // tokens (grouped on the device, expert_matmul.cuh), and the float products, hyper-connections
 // and MoE glue take the batch's rows in one grid. Every token's outputs are the bits of its
@@ -29,6 +29,7 @@
 #include "backend/cuda/float_matvec.h"
 #include "backend/cuda/moe_ops.h"
 #include "backend/cuda/q8_k_quantize.h"
+#include "backend/cuda/row_finish.h"
 #include "runtime/cuda/decode_graphs.h"
 #include "runtime/cuda/device_model.h"
 #include "runtime/cuda/op_profile.h"
@@ -142,13 +143,18 @@ class CudaOps final : public Ops {
     // A pooled compressor row: push, and when the window completes, pool, norm, rotate, round
     // and append. Returns whether a row was appended.
     void compress(uint32_t il, bool indexer, const float *kv, const float *score, int64_t t);
+    // The same for the m tokens of a batch (m rows of kv and score): their pushes in order in
+    // one launch, then the rows of the windows they complete in one more.
+    void compress_batch(uint32_t il, bool indexer, const float *kv, const float *score, int64_t m);
+    // What a compressed row's chain has whatever its source: norm, rotation, rounding, table.
+    cuda::RowFinish compressed_row(uint32_t il, bool indexer);
     const double *freqs(uint32_t il) const;
     // attention_core's steps: the batch's query heads and KV rows (norm, rotation, rounding,
-    // ring store); token t's compressors; the indexer's selection of tokens t0..t0+n-1 and their
+    // ring store); the batch's compressors; the indexer's selection of tokens t0..t0+n-1 and their
     // attention over their visible rows (gather, scores, mix, inverse rotation), the gather and
     // row-count words at those offsets of each token's StepWords.
     void finish_q_kv(uint32_t il, const AttentionInputs &in, int64_t m);
-    void compress_token(uint32_t il, const AttentionInputs &in, int64_t t);
+    void compress_tokens(uint32_t il, const AttentionInputs &in, int64_t m);
     void select_rows(uint32_t il, const AttentionInputs &in, int64_t t0, int64_t n);
     void attend(uint32_t il, const float *Q, int64_t t0, int64_t n, size_t gather_word,
                 size_t rows_word, float *O);
@@ -202,7 +208,7 @@ class CudaOps final : public Ops {
     cuda::DeviceBuffer flat_batch_, mixes_batch_, float_batch_counters_, float_batch_partial_;
     cuda::FloatMatmulScratch float_batch_scratch_;
     cuda::DeviceBuffer q8k_batch_q_, q8k_batch_d_, q8k_batch_bsums_;
-    cuda::DeviceBuffer expert_offsets_, expert_order_;
+    cuda::DeviceBuffer expert_offsets_, expert_order_, pooled_;
 };
 
 }  // namespace ds4::runtime::cuda_backend
