@@ -207,6 +207,39 @@ void bench_float(cudaStream_t s, int reps, double copy_gbs, size_t min_total) {
 // chain of 43 dependent launches (one per layer, as in a step) on L2-resident data, replayed as a
 // graph; us per launch. Attention at the row counts of a 2K context's layers (the window of 128
 // plus 64 or 16 compressed rows) and of an indexed layer at full selection (128 + 512).
+// The prefill form of the dense Q8_0 projections: one product of a 2048-token chunk per shape
+// (matmul_q8_0: int8 tensor cores from 32 tokens, and the 8-token-per-block kernel on 31 tokens
+// for comparison), in TOPS (2 x rows x k x tokens per second) and microseconds per token.
+void bench_q8_0_batch(cudaStream_t s, int reps) {
+    fmt::print(
+        "\nprefill: dense Q8_0 products of a chunk\n{:<16} {:>7} {:>6} {:>7} {:>10} {:>8} {:>9}\n",
+        "matrix", "rows", "k", "tokens", "us/call", "TOPS", "us/token");
+    for (const Shape &sh : kShapes) {
+        if (std::strcmp(sh.name, "output") == 0) continue;  // the head sees one token per chunk
+        const auto host = ds4::quant::random_blocks(ds4::GgmlType::Q8_0, sh.n_rows * sh.k, 7);
+        const ds4::cuda::Q8_0Weights w(host.data(), sh.n_rows, sh.k);
+        for (const int64_t m : {int64_t(2048), int64_t(31)}) {
+            const auto x = ds4::quant::random_blocks(ds4::GgmlType::F32, m * sh.k, 3);
+            DeviceBuffer dx(size_t(m * sh.k) * 4), xq(size_t(m * sh.k)),
+                xd(size_t(m * sh.k / 32) * 4), y(size_t(m * sh.n_rows) * 4);
+            DS4_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
+            ds4::cuda::quantize_q8_0_activation(dx.as<float>(), m * sh.k, xq.as<int8_t>(),
+                                                xd.as<float>(), s);
+            cudaGraphExec_t g = capture(s, [&] {
+                ds4::cuda::matmul_q8_0(w.matrix(), xq.as<int8_t>(), xd.as<float>(), m,
+                                       y.as<float>(), s);
+            });
+            const double us =
+                median_ms(reps, s, [&] { DS4_CUDA_CHECK(cudaGraphLaunch(g, s)); }) * 1e3;
+            const double tops =
+                2.0 * double(sh.n_rows) * double(sh.k) * double(m) / (us * 1e-6) / 1e12;
+            fmt::print("{:<16} {:>7} {:>6} {:>7} {:>10.1f} {:>8.1f} {:>9.3f}\n", sh.name, sh.n_rows,
+                       sh.k, m, us, tops, us / double(m));
+            DS4_CUDA_CHECK(cudaGraphExecDestroy(g));
+        }
+    }
+}
+
 void bench_small_ops(cudaStream_t s, int reps) {
     constexpr int kLayers = 43, kHeads = 64, kDim = 512, kStreams = 4;
     constexpr int64_t kEmbd = 4096;
@@ -335,6 +368,7 @@ int run(int reps) {
         [&](const auto &w, const auto &g, const auto &act, float *y) {
             ds4::cuda::matmul_q2_K_grouped(w.experts(), g, act, y, s);
         });
+    bench_q8_0_batch(s, reps);
     bench_small_ops(s, reps);
     DS4_CUDA_CHECK(cudaGraphExecDestroy(ce_graph));
     DS4_CUDA_CHECK(cudaGraphExecDestroy(sm_graph));

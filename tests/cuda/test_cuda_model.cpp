@@ -157,6 +157,18 @@ TEST(CudaModel, TrainedTinyModelGivesTheCpuGreedyTokens) {
     }
 }
 
+// A prompt of 250 tokens in one chunk (the dense products on the tensor cores, several token
+// tiles) against token by token: the same bits, for dense Q8_0 experts and for q2 ones.
+TEST(CudaModel, LongChunkAndTokenByTokenAreBitExact) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    for (const model::QuantMix mix : {model::QuantMix::Q8_0, model::QuantMix::Q2}) {
+        auto gpu = Model::load(tiny_model(mix), {.backend = Backend::Cuda});
+        const auto p = prompt(250);
+        Session a(*gpu, {.ctx = 512, .chunk = 256}), b(*gpu, {.ctx = 512, .chunk = 1});
+        ASSERT_EQ(a.eval(p), b.eval(p)) << model::quant_mix_name(mix);
+    }
+}
+
 TEST(CudaModel, RunToRunChunkedAndSnapshotsAreBitExact) {
     DS4_REQUIRE_CUDA_DEVICE();
     auto gpu = Model::load(tiny_model(model::QuantMix::Q2), {.backend = Backend::Cuda});

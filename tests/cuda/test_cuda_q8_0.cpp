@@ -266,17 +266,22 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaQ8_0Experts,
                          });
 
 // A batch of tokens (matmul_q8_0) against one matvec per token: the same bits, for batches that
-// fill, do not fill, and exceed the kernel's 8 tokens per block, and rows of every thread split
-// (k of 96 to 8192 values).
+// fill, do not fill, and exceed the small kernel's 8 tokens per block, batches of the tensor-core
+// product (32 tokens and up: a partial tile of 64, one and a half tiles, several), rows of
+// every thread split (k of 96 to 9248 values: one warp to 256 threads per row, one to three
+// passes, the last one partial) and row counts that are not a multiple of its 32-row tiles.
 TEST(CudaQ8_0, BatchedProductHasEachTokensMatvecBits) {
     DS4_REQUIRE_CUDA_DEVICE();
     struct Shape {
         int64_t n_rows, k;
     };
-    for (const Shape sh : {Shape{300, 4096}, Shape{1024, 1024}, Shape{37, 96}, Shape{64, 8192}}) {
+    for (const Shape sh : {Shape{300, 4096}, Shape{1024, 1024}, Shape{37, 96}, Shape{64, 8192},
+                           Shape{200, 2048}, Shape{48, 9248}, Shape{256, 32}, Shape{32, 256}}) {
         const auto w = quant::random_blocks(GgmlType::Q8_0, sh.n_rows * sh.k, 900 + sh.k);
         const Q8_0Weights dw(w.data(), sh.n_rows, sh.k);
-        for (const int64_t m : {int64_t(1), int64_t(3), int64_t(8), int64_t(13), int64_t(33)}) {
+        for (const int64_t m :
+             {int64_t(1), int64_t(3), int64_t(8), int64_t(13), int64_t(31), int64_t(32),
+              int64_t(33), int64_t(100), int64_t(246), int64_t(257)}) {
             const auto x = random_floats(m * sh.k, 950 + m, 4.0f);
             const DeviceActivation a = quantize_on_device(x);  // the m rows' blocks back to back
             const int64_t nb = sh.k / 32;
@@ -312,7 +317,7 @@ TEST(CudaQ8_0, GroupedBatchHasEachGroupsMatvecBits) {
     const auto w = quant::random_blocks(GgmlType::Q8_0, kGroups * kR * kK, 990);
     const Q8_0Weights dw(w.data(), kGroups * kR, kK);
     const Q8_0Matrix full = dw.matrix();
-    for (const int64_t m : {int64_t(1), int64_t(5), int64_t(9)}) {
+    for (const int64_t m : {int64_t(1), int64_t(5), int64_t(9), int64_t(40), int64_t(130)}) {
         const auto x = random_floats(m * kGroups * kK, 991 + m, 4.0f);
         const DeviceActivation a = quantize_on_device(x);
         DeviceBuffer batch(size_t(m * kGroups * kR) * sizeof(float)), one(size_t(kR) * 4);

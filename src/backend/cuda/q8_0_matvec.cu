@@ -1,10 +1,13 @@
 #include <cuda_fp16.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/q8_0_matmul.h"
 #include "backend/cuda/q8_0_matvec.h"
 #include "backend/cuda/row_device.cuh"
 #include "common/error.h"
@@ -17,6 +20,9 @@ constexpr int kBlock = 32;  // values per Q8_0 block
 constexpr int kWarp = 32;
 constexpr int kLaneBytes = 16;   // one int4 load: half a block
 constexpr int kBatchTokens = 8;  // tokens per block of a batched product
+// From this many tokens a batch goes to the tensor-core product (q8_0_matmul.h; same bits),
+// whose tiles of 64 tokens would be mostly padding below it.
+constexpr int64_t kMmaMinTokens = 32;
 
 // One warp per block of 32 activations: lane i owns x[i].
 __global__ void quantize_q8_0_activation_kernel(const float *__restrict__ x, int64_t n_blocks,
@@ -210,18 +216,30 @@ void launch_matvec_rows(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, c
 
 void launch_matvec_any(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, const float *xd,
                        float *y, cudaStream_t stream) {
-    // Threads per row: one 16-byte load per thread per pass, as many threads as a row has
-    // 16-byte pieces, from one warp up to the whole block.
-    const int64_t pieces = w.k / kLaneBytes;
-    if (pieces >= 256)
-        launch_matvec_rows<256>(w, s, xq, xd, y, stream);
-    else if (pieces >= 128)
-        launch_matvec_rows<128>(w, s, xq, xd, y, stream);
-    else if (pieces >= 64)
-        launch_matvec_rows<64>(w, s, xq, xd, y, stream);
-    else
-        launch_matvec_rows<32>(w, s, xq, xd, y, stream);
+    switch (q8_0_threads_per_row(w.k)) {
+        case 256:
+            launch_matvec_rows<256>(w, s, xq, xd, y, stream);
+            break;
+        case 128:
+            launch_matvec_rows<128>(w, s, xq, xd, y, stream);
+            break;
+        case 64:
+            launch_matvec_rows<64>(w, s, xq, xd, y, stream);
+            break;
+        default:
+            launch_matvec_rows<32>(w, s, xq, xd, y, stream);
+            break;
+    }
     DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+// DS4_CUDA_Q8_MMA=0 keeps every batch on the 8-token kernel (for comparisons; the same bits).
+bool mma_enabled() {
+    static const bool on = [] {
+        const char *v = std::getenv("DS4_CUDA_Q8_MMA");
+        return v == nullptr || std::string(v) != "0";
+    }();
+    return on;
 }
 
 // A batch of tokens: 8 per block, two rows per group (x for 8 tokens is loaded once per pass
@@ -235,17 +253,27 @@ void launch_batch(const Q8_0Matrix &w, const int8_t *xq, const float *xd, const 
 void launch_batch_any(const Q8_0Matrix &w, const int8_t *xq, const float *xd, const Batch &b,
                       float *y, cudaStream_t stream) {
     if (w.n_rows == 0 || b.n_tokens <= 0) return;
+    const int tpr = q8_0_threads_per_row(w.k);
+    if (b.n_tokens >= kMmaMinTokens && mma_enabled()) {
+        matmul_q8_0_mma(w, tpr, xq, xd, b.n_tokens, b.x_stride, b.y_stride, b.groups, y, stream);
+        return;
+    }
     if ((b.n_tokens + kBatchTokens - 1) / kBatchTokens > 65535 || b.groups > 65535)
         throw ds4::Error("matmul_q8_0: too many tokens or groups for one launch");
-    const int64_t pieces = w.k / kLaneBytes;
-    if (pieces >= 256)
-        launch_batch<256>(w, xq, xd, b, y, stream);
-    else if (pieces >= 128)
-        launch_batch<128>(w, xq, xd, b, y, stream);
-    else if (pieces >= 64)
-        launch_batch<64>(w, xq, xd, b, y, stream);
-    else
-        launch_batch<32>(w, xq, xd, b, y, stream);
+    switch (tpr) {
+        case 256:
+            launch_batch<256>(w, xq, xd, b, y, stream);
+            break;
+        case 128:
+            launch_batch<128>(w, xq, xd, b, y, stream);
+            break;
+        case 64:
+            launch_batch<64>(w, xq, xd, b, y, stream);
+            break;
+        default:
+            launch_batch<32>(w, xq, xd, b, y, stream);
+            break;
+    }
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

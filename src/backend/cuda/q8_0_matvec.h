@@ -63,8 +63,9 @@ void quantize_q8_0_activation(const float *x, int64_t k, int8_t *xq, float *xd,
 void matvec_q8_0(const Q8_0Matrix &w, const int8_t *xq, const float *xd, float *y,
                  cudaStream_t stream);
 // A batch of tokens (prefill): y[t][n_rows] = W x_t for t < n_tokens, xq and xd holding the
-// tokens' quantized rows back to back (k int8 and k / 32 scales each). Each weight piece read
-// serves 8 tokens; every output has matvec_q8_0's bits for its token.
+// tokens' quantized rows back to back (k int8 and k / 32 scales each). Below 32 tokens each weight
+// piece read serves 8 tokens; from 32 the product runs on the tensor cores (q8_0_matmul.h).
+// Either way every output has matvec_q8_0's bits for its token.
 void matmul_q8_0(const Q8_0Matrix &w, const int8_t *xq, const float *xd, int64_t n_tokens, float *y,
                  cudaStream_t stream);
 // The grouped product of a batch (the attention's output projection): w holds `groups` matrices

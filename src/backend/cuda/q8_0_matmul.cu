@@ -1,0 +1,185 @@
+#include <cuda_fp16.h>
+
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/q8_0_matmul.h"
+#include "backend/cuda/row_device.cuh"
+#include "common/error.h"
+
+namespace ds4::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kBlockValues = 32;  // values per Q8_0 block: the k of one m16n8k32 product
+constexpr int kMmaRows = 16, kMmaTokens = 8;
+constexpr int kNTiles = 4;                           // n-tiles per warp: 32 tokens
+constexpr int kWarpTokens = kNTiles * kMmaTokens;    // 32
+constexpr int kWarpsM = 2, kWarpsN = 2;              // a block: 32 rows x 64 tokens
+constexpr int kThreads = kWarp * kWarpsM * kWarpsN;  // 128
+constexpr int kLeaves = 16;  // blocks one warp of the matvec adds per pass (its even lanes)
+
+// The integer dot products of one Q8_0 block (32 int8 values) for a 16-row x 8-token tile:
+// c[i] = sum_k a(row, k) b(k, token), exact in int32 (|sum| <= 32 * 128 * 128). Fragments, by
+// the PTX ISA's m16n8k32 .s8 layout (g = lane / 4, c = lane % 4): a0 row g, a1 row g + 8, a2 and
+// a3 the same rows 16 k further; b0 token g, b1 16 k further; c0, c1 row g, tokens 2c and 2c + 1,
+// c2, c3 row g + 8. Which byte of the block plays which k does not matter to an exact integer
+// sum as long as a and b agree: the callers hand each lane 8 contiguous bytes.
+__device__ __forceinline__ void mma_s8_block(const int (&a)[4], int b0, int b1, int (&c)[4]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %10, %10, %10};\n"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+// 4-bit bit reversal: the leaf order of the matvec's butterfly (see below).
+__host__ __device__ constexpr int bit_reverse4(int q) {
+    return ((q & 1) << 3) | ((q & 2) << 1) | ((q & 4) >> 1) | ((q & 8) >> 3);
+}
+
+// The batched Q8_0 product on int8 tensor cores, with the float arithmetic of
+// matvec_q8_0_kernel (q8_0_matvec.cu) term for term and in its order, so that every output has
+// the bits of that token's matvec. The matvec with TPR threads per row (tpr here) reads
+// passes of TPR / 2 blocks; the even lane 2p of warp w accumulates block
+//   pass * TPR / 2 + 16 w + p
+// over the passes, acc = fma(float(isum), f16(dw) * dx, acc) from 0; the warp then sums its
+// lanes by a butterfly (xor 16, 8, 4, 2, 1; odd lanes hold 0), which is a balanced tree over
+// the 16 accumulators in bit-reversed order (0, 8, 4, 12, 2, ...) followed by + 0; the warps of
+// a row are then added in index order starting from 0 (only when TPR > 32).
+// Here the int32 block sums come from one mma per block and 8 tokens (exact, as the matvec's
+// dp4a sums), the per-leaf fma chains run in the same pass order, and the 16 leaves are folded
+// as they complete, in that tree's order, with a stack of four partial sums per output.
+// blockIdx.z is the group of a grouped product (matrix z of n_rows rows, activation slice z of
+// each token's row); tokens are x_stride values and y_stride outputs apart.
+__global__ void __launch_bounds__(kThreads)
+    matmul_q8_0_mma_kernel(const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd,
+                           int64_t n_rows, int64_t k, int tpr, const int8_t *__restrict__ xq,
+                           const float *__restrict__ xd, float *__restrict__ y, int64_t n_tokens,
+                           int64_t x_stride, int64_t y_stride) {
+    dev::wait_for_previous_kernels();
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int g = lane / 4, c = lane % 4;
+    const int64_t nb = k / kBlockValues, x_nb = x_stride / kBlockValues;
+    {
+        const int64_t z = blockIdx.z;
+        wq += z * n_rows * k;
+        wd += z * n_rows * nb;
+        xq += z * k;
+        xd += z * nb;
+        y += z * n_rows;
+    }
+    const int64_t row0 = (int64_t(blockIdx.x) * kWarpsM + warp % kWarpsM) * kMmaRows + g;
+    const int64_t tok0 = (int64_t(blockIdx.y) * kWarpsN + warp / kWarpsM) * kWarpTokens;
+    // Rows and tokens past the end are read clamped (valid memory) and not stored.
+    const int64_t rows[2] = {min(row0, n_rows - 1), min(row0 + 8, n_rows - 1)};
+    const int8_t *wa[2] = {wq + rows[0] * k + 8 * c, wq + rows[1] * k + 8 * c};
+    const uint16_t *ws[2] = {wd + rows[0] * nb, wd + rows[1] * nb};
+    const int8_t *xb[kNTiles];
+    const float *xs[kNTiles][2];
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+        const int64_t tb = min(tok0 + nt * kMmaTokens + g, n_tokens - 1);
+        xb[nt] = xq + tb * x_stride + 8 * c;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            xs[nt][h] = xd + min(tok0 + nt * kMmaTokens + 2 * c + h, n_tokens - 1) * x_nb;
+    }
+    const int warps_per_row = tpr / kWarp;
+    const int64_t per_pass = tpr / 2;
+    // Output (nt, i): row rows[i / 2], token tok0 + 8 nt + 2 c + i % 2 (the mma's c layout).
+    float total[kNTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) total[nt][i] = 0.0f;
+    for (int w = 0; w < warps_per_row; ++w) {
+        float stack[4][kNTiles][4];  // stack[l]: a finished subtree of 2^l leaves
+#pragma unroll
+        for (int q = 0; q < kLeaves; ++q) {
+            const int p = bit_reverse4(q);
+            float leaf[kNTiles][4];
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) leaf[nt][i] = 0.0f;
+            for (int64_t blk = 16 * w + p; blk < nb; blk += per_pass) {
+                const int2 a0 = __ldg(reinterpret_cast<const int2 *>(wa[0] + blk * kBlockValues));
+                const int2 a1 = __ldg(reinterpret_cast<const int2 *>(wa[1] + blk * kBlockValues));
+                const int a[4] = {a0.x, a1.x, a0.y, a1.y};
+                const float dw[2] = {__half2float(__ushort_as_half(__ldg(ws[0] + blk))),
+                                     __half2float(__ushort_as_half(__ldg(ws[1] + blk)))};
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt) {
+                    const int2 b =
+                        __ldg(reinterpret_cast<const int2 *>(xb[nt] + blk * kBlockValues));
+                    int isum[4];
+                    mma_s8_block(a, b.x, b.y, isum);
+                    const float dx[2] = {__ldg(xs[nt][0] + blk), __ldg(xs[nt][1] + blk)};
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const float scale = __fmul_rn(dw[i / 2], dx[i % 2]);
+                        leaf[nt][i] = __fmaf_rn(static_cast<float>(isum[i]), scale, leaf[nt][i]);
+                    }
+                }
+            }
+            // Fold leaf q into the tree: pair with the finished subtrees its index completes.
+            int level = 0;
+#pragma unroll
+            for (int l = 0; l < 4; ++l)
+                if ((q >> l) & 1) {
+#pragma unroll
+                    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+                            leaf[nt][i] = __fadd_rn(stack[l][nt][i], leaf[nt][i]);
+                    level = l + 1;
+                } else {
+                    break;
+                }
+            if (level < 4) {
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) stack[level][nt][i] = leaf[nt][i];
+            } else {
+                // q = 15: the whole tree; + 0 is the butterfly's last step (odd lanes hold 0).
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const float warp_sum = __fadd_rn(leaf[nt][i], 0.0f);
+                        total[nt][i] =
+                            warps_per_row == 1 ? warp_sum : __fadd_rn(total[nt][i], warp_sum);
+                    }
+            }
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int64_t row = row0 + 8 * (i / 2), tok = tok0 + nt * kMmaTokens + 2 * c + i % 2;
+            if (row < n_rows && tok < n_tokens) y[tok * y_stride + row] = total[nt][i];
+        }
+}
+
+}  // namespace
+
+void matmul_q8_0_mma(const Q8_0Matrix &w, int threads_per_row, const int8_t *xq, const float *xd,
+                     int64_t n_tokens, int64_t x_stride, int64_t y_stride, int groups, float *y,
+                     cudaStream_t stream) {
+    if (w.n_rows == 0 || n_tokens <= 0) return;
+    if (threads_per_row % kWarp != 0 || threads_per_row < kWarp)
+        throw ds4::Error("matmul_q8_0_mma: threads per row must be a multiple of 32");
+    if (w.k % kBlockValues != 0 || x_stride % kBlockValues != 0)
+        throw ds4::Error("matmul_q8_0_mma: rows must hold whole Q8_0 blocks");
+    const int64_t row_tiles = (w.n_rows + kWarpsM * kMmaRows - 1) / (kWarpsM * kMmaRows);
+    const int64_t token_tiles = (n_tokens + kWarpsN * kWarpTokens - 1) / (kWarpsN * kWarpTokens);
+    if (row_tiles > 0x7fffffff || token_tiles > 65535 || groups < 1 || groups > 65535)
+        throw ds4::Error("matmul_q8_0_mma: too many rows, tokens or groups for one launch");
+    const dim3 grid{unsigned(row_tiles), unsigned(token_tiles), unsigned(groups)};
+    launch_kernel(matmul_q8_0_mma_kernel, grid, kThreads, 0, stream, w.qs, w.d, w.n_rows, w.k,
+                  threads_per_row, xq, xd, y, n_tokens, x_stride, y_stride);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ds4::cuda
