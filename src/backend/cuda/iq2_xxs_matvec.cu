@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/expert_matmul.cuh"
+#include "backend/cuda/expert_mma.cuh"
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
 #include "common/error.h"
@@ -172,6 +173,39 @@ struct Iq2xxsFormat {
     __device__ static float term(Sums s, const Scales &sc, float dx) {
         return __half2float(__ushort_as_half(sc.d)) * dx * static_cast<float>(s.s);
     }
+
+    // expert_mma.cuh: lane c of a quad holds bytes 16 c .. 16 c + 15 of the super-block (groups
+    // 2 c and 2 c + 1); product j is group j, whose words the quad's lane j / 2 shares, and lane c
+    // decodes its grid point c: values 8 c .. 8 c + 7, the factor 2 ls + 1.
+    struct MmaRow {
+        uint4 q;
+        uint16_t d = 0;
+    };
+    __device__ static MmaRow mma_row(const uint8_t *row, const uint8_t *rec, int64_t sb, int c) {
+        return {__ldcs(reinterpret_cast<const uint4 *>(row) + sb * 4 + c),
+                __ldcs(reinterpret_cast<const uint16_t *>(rec))};
+    }
+    __device__ static expert_mma::MmaA mma_a(const MmaRow &r, int j, const uint8_t *t, int lane,
+                                             int c) {
+        const int src = (lane & ~3) | (j >> 1);
+        const uint32_t indices = __shfl_sync(0xffffffffu, (j & 1) ? r.q.z : r.q.x, src);
+        const uint32_t signs_scale = __shfl_sync(0xffffffffu, (j & 1) ? r.q.w : r.q.y, src);
+        const auto *grid = reinterpret_cast<const uint32_t *>(t);
+        const auto *signs = reinterpret_cast<const uint2 *>(t + kGridTableBytes);
+        const uint32_t sel = grid[((indices >> (8 * c)) & 0xffu) * 32 + lane];
+        const uint2 m = signs[((signs_scale >> (7 * c)) & 127u) * 32 + lane];
+        return {apply_signs(__byte_perm(kMagnitudes, 0, sel), m.x),
+                apply_signs(__byte_perm(kMagnitudes, 0, sel >> 16), m.y), group_scale(signs_scale)};
+    }
+    __device__ static int mma_x_offset(int j, int c) {
+        return 32 * j + 8 * c;
+    }
+    __device__ static Sums mma_sums(int scaled, const MmaRow &, const int16_t *) {
+        return {scaled};
+    }
+    __device__ static Scales mma_scales(const MmaRow &r) {
+        return {r.d};
+    }
 };
 
 }  // namespace
@@ -201,6 +235,7 @@ Iq2xxsWeights::Iq2xxsWeights(const void *ggml_blocks, int64_t n_rows, int64_t k,
     upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 2, kGroupBytes, qs_.get(), d_.get());
     expert_matvec::prepare<Iq2xxsFormat>();
     expert_matmul::prepare<Iq2xxsFormat>();
+    expert_mma::prepare<Iq2xxsFormat>();
     view_ = {qs_.as<uint8_t>(), d_.as<uint16_t>(), n_rows, k, n_experts};
 }
 
@@ -215,8 +250,13 @@ void matvec_iq2_xxs(const Iq2xxsExperts &w, const int32_t *ids, int n_ids, const
 void matmul_iq2_xxs_grouped(const Iq2xxsExperts &w, const ExpertGroups &groups,
                             const Q8_KActivation &x, float *y, cudaStream_t stream) {
     if (w.n_rows == 0) return;
-    expert_matmul::launch<Iq2xxsFormat>(w.qs, reinterpret_cast<const uint8_t *>(w.d), w.n_rows, w.k,
-                                        groups, x.q, x.d, x.bsums, y, stream);
+    const auto *d = reinterpret_cast<const uint8_t *>(w.d);
+    if (mma_enabled())
+        expert_mma::launch<Iq2xxsFormat>(w.qs, d, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
+                                         stream);
+    else
+        expert_matmul::launch<Iq2xxsFormat>(w.qs, d, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
+                                            stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -13,4 +13,12 @@ bool pdl_enabled() {
     return on;
 }
 
+bool mma_enabled() {
+    static const bool on = [] {
+        const char *v = std::getenv("DS4_CUDA_MMA");
+        return v == nullptr || std::string(v) != "0";
+    }();
+    return on;
+}
+
 }  // namespace ds4::cuda

@@ -15,6 +15,9 @@
 namespace ds4::cuda {
 
 bool pdl_enabled();
+// The prefill products on int8 tensor cores (q8_0_matmul.h, expert_mma.cuh; the same bits as
+// the kernels they replace); DS4_CUDA_MMA=0 keeps the dp4a kernels, for comparisons.
+bool mma_enabled();
 
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/expert_matmul.cuh"
+#include "backend/cuda/expert_mma.cuh"
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/q2_k_matvec.h"
 #include "common/error.h"
@@ -118,6 +119,53 @@ struct Q2KFormat {
         const float dall = dx * d, dm = dx * dmin;
         return dall * static_cast<float>(s.scaled) - dm * static_cast<float>(s.mins);
     }
+
+    // expert_mma.cuh: product j is shift s = j % 4 of half h = j / 4, values 128 h + 32 s + i
+    // (byte i of the half), and lane c takes i = 8 c .. 8 c + 7, all of sub-block 8 h + 2 s + c
+    // / 2. Its scale nibble (at most 15) times a 2-bit quant is at most 45: the scales are folded
+    // into the int8 weights (no byte carries), so a product's sum is already the decode's
+    // sum over sub-blocks of scale x integer dot; the mins' part is the decode's, from the
+    // activation's sub-block sums.
+    struct MmaRow {
+        uint2 q[2];           // bytes 8 c .. 8 c + 7 of each half
+        uint32_t sc[4] = {};  // the 16 scale bytes
+        uint32_t d_dmin = 0;
+    };
+    __device__ static MmaRow mma_row(const uint8_t *row, const uint8_t *rec, int64_t sb, int c) {
+        MmaRow r;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            r.q[h] = __ldcs(reinterpret_cast<const uint2 *>(row + sb * 64 + 32 * h + 8 * c));
+        const auto *w = reinterpret_cast<const uint32_t *>(rec);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) r.sc[i] = __ldcs(w + i);
+        r.d_dmin = __ldcs(w + 4);
+        return r;
+    }
+    __device__ static expert_mma::MmaA mma_a(const MmaRow &r, int j, const uint8_t *, int, int c) {
+        const int h = j / 4, s = j % 4, sub = 8 * h + 2 * s + c / 2;
+        const uint32_t scale = (r.sc[sub / 4] >> (8 * (sub % 4))) & 0xfu;
+        const uint32_t m = 0x03030303u;
+        return {int(((r.q[h].x >> (2 * s)) & m) * scale), int(((r.q[h].y >> (2 * s)) & m) * scale),
+                1};
+    }
+    __device__ static int mma_x_offset(int j, int c) {
+        return 128 * (j / 4) + 32 * (j % 4) + 8 * c;
+    }
+    __device__ static Sums mma_sums(int scaled, const MmaRow &r, const int16_t *bsums) {
+        const auto *b = reinterpret_cast<const uint32_t *>(bsums);
+        int mins = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint32_t pair = __ldg(b + i), scales = r.sc[i / 2] >> (16 * (i % 2));
+            mins += int(int16_t(pair & 0xffffu)) * int((scales >> 4) & 0xfu);
+            mins += int(int16_t(pair >> 16)) * int((scales >> 12) & 0xfu);
+        }
+        return {scaled, mins};
+    }
+    __device__ static Scales mma_scales(const MmaRow &r) {
+        return {r.sc[0], r.sc[1], r.d_dmin};
+    }
 };
 
 }  // namespace
@@ -148,6 +196,7 @@ Q2KWeights::Q2KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64
     upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 16, 64, qs_.get(), records_.get());
     expert_matvec::prepare<Q2KFormat>();
     expert_matmul::prepare<Q2KFormat>();
+    expert_mma::prepare<Q2KFormat>();
     view_ = {qs_.as<uint8_t>(), records_.as<uint8_t>(), n_rows, k, n_experts};
 }
 
@@ -162,8 +211,12 @@ void matvec_q2_K(const Q2KExperts &w, const int32_t *ids, int n_ids, const Q8_KA
 void matmul_q2_K_grouped(const Q2KExperts &w, const ExpertGroups &groups, const Q8_KActivation &x,
                          float *y, cudaStream_t stream) {
     if (w.n_rows == 0) return;
-    expert_matmul::launch<Q2KFormat>(w.qs, w.records, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
-                                     stream);
+    if (mma_enabled())
+        expert_mma::launch<Q2KFormat>(w.qs, w.records, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
+                                      stream);
+    else
+        expert_matmul::launch<Q2KFormat>(w.qs, w.records, w.n_rows, w.k, groups, x.q, x.d, x.bsums,
+                                         y, stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

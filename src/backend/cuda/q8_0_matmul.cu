@@ -1,6 +1,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma_s8.cuh"
 #include "backend/cuda/q8_0_matmul.h"
 #include "backend/cuda/row_device.cuh"
 #include "common/error.h"
@@ -17,20 +18,6 @@ constexpr int kWarpsM = 2, kWarpsN = 2;              // a block: 32 rows x 64 to
 constexpr int kThreads = kWarp * kWarpsM * kWarpsN;  // 128
 constexpr int kLeaves = 16;  // blocks one warp of the matvec adds per pass (its even lanes)
 
-// The integer dot products of one Q8_0 block (32 int8 values) for a 16-row x 8-token tile:
-// c[i] = sum_k a(row, k) b(k, token), exact in int32 (|sum| <= 32 * 128 * 128). Fragments, by
-// the PTX ISA's m16n8k32 .s8 layout (g = lane / 4, c = lane % 4): a0 row g, a1 row g + 8, a2 and
-// a3 the same rows 16 k further; b0 token g, b1 16 k further; c0, c1 row g, tokens 2c and 2c + 1,
-// c2, c3 row g + 8. Which byte of the block plays which k does not matter to an exact integer
-// sum as long as a and b agree: the callers hand each lane 8 contiguous bytes.
-__device__ __forceinline__ void mma_s8_block(const int (&a)[4], int b0, int b1, int (&c)[4]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%10, %10, %10, %10};\n"
-        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
-}
-
 // 4-bit bit reversal: the leaf order of the matvec's butterfly (see below).
 __host__ __device__ constexpr int bit_reverse4(int q) {
     return ((q & 1) << 3) | ((q & 2) << 1) | ((q & 4) >> 1) | ((q & 8) >> 3);
@@ -45,9 +32,9 @@ __host__ __device__ constexpr int bit_reverse4(int q) {
 // lanes by a butterfly (xor 16, 8, 4, 2, 1; odd lanes hold 0), which is a balanced tree over
 // the 16 accumulators in bit-reversed order (0, 8, 4, 12, 2, ...) followed by + 0; the warps of
 // a row are then added in index order starting from 0 (only when TPR > 32).
-// Here the int32 block sums come from one mma per block and 8 tokens (exact, as the matvec's
-// dp4a sums), the per-leaf fma chains run in the same pass order, and the 16 leaves are folded
-// as they complete, in that tree's order, with a stack of four partial sums per output.
+// Here the int32 block sums come from one mma per block and 8 tokens (mma_s8.cuh; exact, as the
+// matvec's dp4a sums), the per-leaf fma chains run in the same pass order, and the 16 leaves are
+// folded as they complete, in that tree's order, with a stack of four partial sums per output.
 // blockIdx.z is the group of a grouped product (matrix z of n_rows rows, activation slice z of
 // each token's row); tokens are x_stride values and y_stride outputs apart.
 __global__ void __launch_bounds__(kThreads)
@@ -112,7 +99,7 @@ __global__ void __launch_bounds__(kThreads)
                     const int2 b =
                         __ldg(reinterpret_cast<const int2 *>(xb[nt] + blk * kBlockValues));
                     int isum[4];
-                    mma_s8_block(a, b.x, b.y, isum);
+                    dev::mma_s8_block(a, b.x, b.y, isum);
                     const float dx[2] = {__ldg(xs[nt][0] + blk), __ldg(xs[nt][1] + blk)};
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {

@@ -1,9 +1,7 @@
 #include <cuda_fp16.h>
 
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/launch.cuh"
@@ -231,15 +229,6 @@ void launch_matvec_any(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, co
             break;
     }
     DS4_CUDA_CHECK(cudaGetLastError());
-}
-
-// DS4_CUDA_Q8_MMA=0 keeps every batch on the 8-token kernel (for comparisons; the same bits).
-bool mma_enabled() {
-    static const bool on = [] {
-        const char *v = std::getenv("DS4_CUDA_Q8_MMA");
-        return v == nullptr || std::string(v) != "0";
-    }();
-    return on;
 }
 
 // A batch of tokens: 8 per block, two rows per group (x for 8 tokens is loaded once per pass
