@@ -740,17 +740,23 @@ void CudaOps::attend(uint32_t il, const float *Q, int64_t t0, int64_t n, size_t 
         hp.sliding_window + (r ? (indexed ? std::min<int64_t>(cap, hp.idx_top_k) : cap) : 0);
     const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
     const int64_t stride = int64_t(step_words());
-    const ProfileScope scope(profile_, s_, "attn gather+scores+mix");
     // Visible rows of each token: the raw window (oldest first), then the compressed rows.
     float *rows = rows_.as<float>();
-    cuda::gather_rows_step(kv_[il].raw.as<float>(), ring_rows_, kv_[il].comp.as<float>(),
-                           selected_.as<int32_t>() + t0 * hp.idx_top_k, word(t0, gather_word),
-                           max_rows, D, rows, s_, int(n), stride, hp.idx_top_k);
+    {
+        const ProfileScope scope(profile_, s_, "attn gather");
+        cuda::gather_rows_step(kv_[il].raw.as<float>(), ring_rows_, kv_[il].comp.as<float>(),
+                               selected_.as<int32_t>() + t0 * hp.idx_top_k, word(t0, gather_word),
+                               max_rows, D, rows, s_, int(n), stride, hp.idx_top_k);
+    }
     const cuda::AttentionTokens tokens{int(n), stride};
     const float *q = Q + t0 * H * D;
     float *o = O + t0 * H * D;
-    cuda::attention_scores(q, rows, max_rows, H, D, scores_.as<float>(), s_, word(t0, rows_word),
-                           tokens);
+    {
+        const ProfileScope scope(profile_, s_, "attn scores");
+        cuda::attention_scores(q, rows, max_rows, H, D, scores_.as<float>(), s_,
+                               word(t0, rows_word), tokens);
+    }
+    const ProfileScope scope(profile_, s_, "attn mix+rope");
     cuda::attention_mix(scores_.as<float>(), rows, max_rows, m_.vec(L.attn_sinks), scale, H, D, o,
                         s_, word(t0, rows_word), tokens);
     cuda::rope_tail(o, H, D, freqs(il), hp.n_rot / 2, word(t0, kPos), true, s_, int(n), stride);
