@@ -26,12 +26,14 @@ install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/convert/ds4-convert ${PROJECT_SOURC
 
 # Data read at run time:
 #   models/ds4-vocab.gguf          default --vocab of ds4-mkmodel and ds4-test
+#   models/promessi-mini-q8_0.gguf default model of ds4-test --backend-parity (trained, tiny)
 #   tests/test-vectors/            default --vector-file of ds4-test, with its prompts and the
 #                                  official JSON beside it
 #   tests/model/fixtures/          default --fixtures-dir of ds4-test (index.json, logits and the
 #                                  committed GGUFs; the safetensors checkpoints are only inputs of
 #                                  the Python converter tests)
-install(FILES ${PROJECT_SOURCE_DIR}/models/ds4-vocab.gguf DESTINATION ${DS4_INSTALL_DATA_DIR}/models)
+install(FILES ${PROJECT_SOURCE_DIR}/models/ds4-vocab.gguf ${PROJECT_SOURCE_DIR}/models/promessi-mini-q8_0.gguf
+        DESTINATION ${DS4_INSTALL_DATA_DIR}/models)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/tests/test-vectors DESTINATION ${DS4_INSTALL_DATA_DIR}/tests
         PATTERN "*.py" EXCLUDE)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/tests/model/fixtures DESTINATION ${DS4_INSTALL_DATA_DIR}/tests/model

@@ -16,7 +16,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$", re.M)
 PATH_LINE = re.compile(r"^ds4: data (\S+) -> (.*) \((cwd|install|source|not found)\)$", re.M)
 TOOLS = ("ds4", "ds4-test", "ds4-bench", "ds4-mkmodel", "ds4-quantize", "ds4-gguf-dump", "ds4-convert")
-DATA = ("models/ds4-vocab.gguf", "tests/test-vectors/official.vec", "tests/test-vectors/manifest.json",
+DATA = ("models/ds4-vocab.gguf", "models/promessi-mini-q8_0.gguf", "tests/test-vectors/official.vec",
+        "tests/test-vectors/manifest.json",
         "tests/test-vectors/prompts/short_italian_fact.txt",
         "tests/test-vectors/official/short_italian_fact.official.json",
         "tests/model/fixtures/flash_mini/index.json", "tests/model/fixtures/flash_mini/model-f32.gguf")

@@ -3,7 +3,6 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_s8.cuh"
 #include "backend/cuda/q8_0_matmul.h"
-#include "backend/cuda/row_device.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
