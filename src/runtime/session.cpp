@@ -42,12 +42,16 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
     return m;
 }
 
-Session::Session(Model &model, const SessionOptions &opts) : model_(model), chunk_(opts.chunk) {
+uint32_t default_chunk(Backend backend) {
+    return backend == Backend::Cuda ? kCudaDefaultChunk : kCpuDefaultChunk;
+}
+
+Session::Session(Model &model, const SessionOptions &opts)
+    : model_(model), chunk_(opts.chunk ? opts.chunk : default_chunk(model.backend())) {
     if (opts.ctx == 0) throw Error("context size must be > 0");
-    if (opts.chunk == 0) throw Error("prefill chunk must be > 0");
     const bool f16 = opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0;
     if (model.device())
-        ops_ = model.device()->new_session(opts.ctx, f16, opts.forward, opts.chunk);
+        ops_ = model.device()->new_session(opts.ctx, f16, opts.forward, chunk_);
     else
         ops_ = std::make_unique<CpuOps>(model.hparams(), model.weights(), model.pool(),
                                         model.experts(), opts.forward, opts.ctx, f16);

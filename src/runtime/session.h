@@ -64,9 +64,16 @@ class Model {
     std::unique_ptr<DeviceWeights> device_;
 };
 
+// The prefill batch a session takes when none is asked for: on the CPU a chunk of 256 keeps a
+// batch's activations in cache; the CUDA backend reads each routed expert's weights once per
+// chunk, so longer chunks are faster there (docs/PERFORMANCE.md: 835 -> 915 tok/s at 1024 on an
+// H200) and cost ~90 MiB more of device scratch.
+inline constexpr uint32_t kCpuDefaultChunk = 256, kCudaDefaultChunk = 1024;
+uint32_t default_chunk(Backend backend);
+
 struct SessionOptions {
     uint32_t ctx = 32768;    // positions the KV cache holds
-    uint32_t chunk = 256;    // prefill batch size (1 = token by token)
+    uint32_t chunk = 0;      // prefill batch size (1 = token by token; 0 = default_chunk)
     ForwardOptions forward;  // qat_sim on by default
     // Cached rows as f16 (the reference engines' rounding) or f32; default: f16 when QAT
     // simulation is on, f32 when it is off (exact comparisons with f32 references).

@@ -45,7 +45,7 @@ struct Options {
     ds4::runtime::Backend backend = ds4::runtime::Backend::Cpu;
     ds4::runtime::StreamingModelOptions streaming;  // --ssd-streaming*
     uint32_t ctx_start = 2048, ctx_max = 32768, ctx_alloc = 0, step_incr = 2048, gen_tokens = 128;
-    uint32_t chunk = 256, runs = 1;
+    uint32_t chunk = 0, runs = 1;  // chunk 0: the backend's (runtime::default_chunk)
     double step_mul = 1, max_regress = 5;
     bool warm_weights = false;
 };
@@ -154,7 +154,8 @@ int run(const Options &opt) {
     fmt::print(stderr,
                "ds4-bench: {} | {} prompt tokens | frontiers {} | {} gen tokens | ctx-alloc {} | "
                "chunk {} | {} run(s) | backend {}\n",
-               opt.model, prompt.size(), fl, opt.gen_tokens, ctx_alloc, opt.chunk, opt.runs,
+               opt.model, prompt.size(), fl, opt.gen_tokens, ctx_alloc,
+               opt.chunk ? opt.chunk : ds4::runtime::default_chunk(model->backend()), opt.runs,
                ds4::runtime::backend_name(model->backend()));
     if (opt.warm_weights) warm_weights(model->file());
 
@@ -233,7 +234,7 @@ int bench_main(int argc, char **argv) {
     app.add_option("--chunk", opt.chunk,
                    "Prefill batch size (the CUDA backend takes at most 65535)")
         ->check(integer_in(1, 1 << 20))
-        ->capture_default_str();
+        ->default_str("256 on the CPU, 1024 with CUDA");
     app.add_option("--runs", opt.runs, "Runs in this process; rows report the medians")
         ->check(integer_in(1, 10000))
         ->capture_default_str();

@@ -19,7 +19,7 @@ struct Options {
     int threads = 0;
     runtime::Backend backend = runtime::Backend::Cpu;
     runtime::StreamingModelOptions streaming;  // --ssd-streaming*
-    uint32_t chunk = 256;
+    uint32_t chunk = 0;                        // 0: the backend's (runtime::default_chunk)
     runtime::SamplerParams sampling;
     tokenizer::ThinkMode think = tokenizer::ThinkMode::kHigh;
     bool qat_sim = true;

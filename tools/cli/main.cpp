@@ -177,7 +177,7 @@ int run(Options opt, const Request &req) {
                    "ds4: context buffers {:.2f} MiB, {} bytes (ctx={}, backend={}, "
                    "prefill_chunk={}, raw_kv_rows={}, compressed_kv_rows={})\n",
                    probe.kv_bytes() / 1048576.0, probe.kv_bytes(), opt.ctx,
-                   ds4::runtime::backend_name(model->backend()), opt.chunk, hp.sliding_window,
+                   ds4::runtime::backend_name(model->backend()), probe.chunk(), hp.sliding_window,
                    comp_rows);
     }
     if (!req.has_prompt) return ds4::cli::run_repl(*model, tok, opt);
@@ -274,7 +274,7 @@ int ds4_main(int argc, char **argv) {
     app.add_option("--chunk", opt.chunk,
                    "Prefill batch size in tokens (the CUDA backend takes at most 65535)")
         ->check(integer_in(1, 1 << 20))
-        ->default_str("256");
+        ->default_str("256 on the CPU, 1024 with CUDA");
     app.add_flag("--no-qat-sim", no_qat,
                  "Do not simulate the model's FP8 KV / FP4 indexer quantization (for comparisons "
                  "with references "
