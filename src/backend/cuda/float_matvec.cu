@@ -59,15 +59,18 @@ struct Weights8<GgmlType::BF16> {
     }
 };
 
-// Groups of TPR threads compute one row each (256 / TPR rows per block), over the split
+// Groups of TPR threads compute R rows each (256 / TPR groups per block), over the split
 // blockIdx.y of S equal parts of k. Each thread sums its exact double products; the warp adds
 // them with a butterfly, then the warps of a group in index order (shared memory).
 // blockIdx.z covers NT output slots (of n_slots): with ids (NT = 1), the rows are those of
 // expert ids[slot], and with x_per_slot the activation is the slot's own row; outputs and
 // partial sums of slot s are those of rows s * n_rows + row. A dense product is one slot
 // without ids; a batch (matmul_float) is NT rows of x per block, each weight value loaded once
-// for all of them and each slot's sum formed exactly as a one-slot launch forms it.
-template <GgmlType T, int TPR, int NT>
+// for all of them and each slot's sum formed exactly as a one-slot launch forms it. With R > 1
+// each thread takes the same k positions of R rows, so each x value is converted to double once
+// for R rows (the conversions, a quarter of the double rate, are the batch's cost); a row's
+// terms and order do not depend on R.
+template <GgmlType T, int TPR, int NT, int R>
 __global__ void __launch_bounds__(kThreads)
     matvec_float_kernel(const void *__restrict__ w, int64_t n_rows, int64_t k, int64_t span,
                         const int32_t *__restrict__ ids, bool x_per_slot, int64_t n_slots,
@@ -75,48 +78,69 @@ __global__ void __launch_bounds__(kThreads)
                         double *__restrict__ partial, unsigned *__restrict__ counters) {
     dev::wait_for_previous_kernels();
     constexpr int kGroups = kThreads / TPR, kWarpsPerGroup = TPR / kWarp;
-    __shared__ double sums[NT][kGroups][kWarpsPerGroup];
+    __shared__ double sums[NT][R][kGroups][kWarpsPerGroup];
     const int group = threadIdx.x / TPR, t = threadIdx.x % TPR, lane = threadIdx.x % kWarp;
-    const int64_t row = int64_t(blockIdx.x) * kGroups + group, slot0 = int64_t(blockIdx.z) * NT;
+    const int64_t row0 = (int64_t(blockIdx.x) * kGroups + group) * R;
+    const int64_t slot0 = int64_t(blockIdx.z) * NT;
     // the block's slots (a one-slot block always has its slot: the grid has no spare blocks)
     const int ns = NT == 1 ? 1 : int(min(int64_t(NT), n_slots - slot0));
     const int64_t begin = int64_t(blockIdx.y) * span, end = min(k, begin + span);
     const int64_t first_row = ids ? int64_t(ids[slot0]) * n_rows : 0;
-    const void *wrow =
-        static_cast<const char *>(w) + (first_row + min(row, n_rows - 1)) * k * Weights8<T>::kBytes;
-    double acc[NT];
+    const void *wrow[R];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) acc[j] = 0.0;
+    for (int r = 0; r < R; ++r)
+        wrow[r] = static_cast<const char *>(w) +
+                  (first_row + min(row0 + r, n_rows - 1)) * k * Weights8<T>::kBytes;
+    double acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) acc[r][j] = 0.0;
     for (int64_t i = begin + int64_t(t) * kValues; i < end; i += int64_t(TPR) * kValues) {
-        float wv[8];
-        Weights8<T>::load(wrow, i, wv);
+        double wd[R][8];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float wv[8];
+            Weights8<T>::load(wrow[r], i, wv);
+#pragma unroll
+            for (int v = 0; v < 8; ++v) wd[r][v] = double(wv[v]);
+        }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
             if (NT > 1 && j >= ns) break;  // the same for the whole block
             const float *xs = x + (x_per_slot ? (slot0 + j) * k : 0) + i;
             const float4 xa = __ldg(reinterpret_cast<const float4 *>(xs));
             const float4 xb = __ldg(reinterpret_cast<const float4 *>(xs) + 1);
-            const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+            const double xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-            for (int v = 0; v < 8; ++v) acc[j] += double(wv[v]) * double(xv[v]);  // exact products
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int v = 0; v < 8; ++v) acc[r][j] += wd[r][v] * xv[v];  // exact products
         }
     }
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-        for (int o = kWarp / 2; o > 0; o /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
-        if (lane == 0) sums[j][group][t / kWarp] = acc[j];
-    }
-    __syncthreads();
-    if (t == 0 && row < n_rows)
-        for (int j = 0; j < ns; ++j) {
-            double v = 0.0;
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int i = 0; i < kWarpsPerGroup; ++i) v += sums[j][group][i];
-            const int64_t slot = slot0 + j;
-            if (gridDim.y == 1)
-                y[slot * n_rows + row] = static_cast<float>(v);
-            else
-                partial[(slot * n_rows + row) * gridDim.y + blockIdx.y] = v;
+        for (int j = 0; j < NT; ++j) {
+            for (int o = kWarp / 2; o > 0; o /= 2)
+                acc[r][j] += __shfl_xor_sync(0xffffffffu, acc[r][j], o);
+            if (lane == 0) sums[j][r][group][t / kWarp] = acc[r][j];
+        }
+    __syncthreads();
+    if (t == 0)
+        for (int r = 0; r < R; ++r) {
+            const int64_t row = row0 + r;
+            if (row >= n_rows) break;
+            for (int j = 0; j < ns; ++j) {
+                double v = 0.0;
+#pragma unroll
+                for (int i = 0; i < kWarpsPerGroup; ++i) v += sums[j][r][group][i];
+                const int64_t slot = slot0 + j;
+                if (gridDim.y == 1)
+                    y[slot * n_rows + row] = static_cast<float>(v);
+                else
+                    partial[(slot * n_rows + row) * gridDim.y + blockIdx.y] = v;
+            }
         }
     if (gridDim.y == 1) return;
     // Split k: the last block of this row group to arrive adds the partial sums in split order
@@ -129,13 +153,17 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) last = atomicAdd(arrived, 1u) == gridDim.y - 1;
     __syncthreads();
     if (!last) return;
-    if (t == 0 && row < n_rows)
-        for (int j = 0; j < ns; ++j) {
-            const int64_t slot = slot0 + j;
-            double v = 0.0;
-            for (unsigned s = 0; s < gridDim.y; ++s)
-                v += __ldcg(partial + (slot * n_rows + row) * gridDim.y + s);
-            y[slot * n_rows + row] = static_cast<float>(v);
+    if (t == 0)
+        for (int r = 0; r < R; ++r) {
+            const int64_t row = row0 + r;
+            if (row >= n_rows) break;
+            for (int j = 0; j < ns; ++j) {
+                const int64_t slot = slot0 + j;
+                double v = 0.0;
+                for (unsigned s = 0; s < gridDim.y; ++s)
+                    v += __ldcg(partial + (slot * n_rows + row) * gridDim.y + s);
+                y[slot * n_rows + row] = static_cast<float>(v);
+            }
         }
     if (threadIdx.x == 0) *arrived = 0;
 }
@@ -171,28 +199,43 @@ struct Slots {
 // Rows of x a matmul_float block takes (each weight value loaded once for all of them).
 constexpr int kBatchRows = 8;
 
+// Rows per thread group of a batch (each x value converted once for both). 2 measured best on
+// the H200 (F16 compressor products of a 1024-token chunk: 1 row 5.9, 2 rows 4.8, 4 rows 6.0 us
+// a token: at 4 the registers leave one block a multiprocessor).
+constexpr int kBatchRowsPerGroup = 2;
+
+template <GgmlType T, int TPR, int NT, int R>
+void launch_tpr_r(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
+                  double *partial, unsigned *counters, cudaStream_t s) {
+    constexpr int kRowsPerBlock = kThreads / TPR * R;
+    const dim3 grid(unsigned((w.n_rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.split),
+                    unsigned((sl.n_slots + NT - 1) / NT));
+    launch_kernel(matvec_float_kernel<T, TPR, NT, R>, grid, kThreads, 0, s, w.data, w.n_rows, w.k,
+                  p.span, sl.ids, sl.x_per_slot, int64_t(sl.n_slots), x, y, partial, counters);
+}
+
+template <GgmlType T, int TPR, int NT>
+void launch_tpr(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
+                double *partial, unsigned *counters, cudaStream_t s) {
+    launch_tpr_r<T, TPR, NT, NT == 1 ? 1 : kBatchRowsPerGroup>(w, p, sl, x, y, partial, counters,
+                                                               s);
+}
+
 template <GgmlType T, int NT>
 void launch(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
             double *partial, unsigned *counters, cudaStream_t s) {
-    const dim3 grid(unsigned((w.n_rows + kThreads / p.tpr - 1) / (kThreads / p.tpr)),
-                    unsigned(p.split), unsigned((sl.n_slots + NT - 1) / NT));
-    const int64_t n_slots = sl.n_slots;
     switch (p.tpr) {
         case 256:
-            launch_kernel(matvec_float_kernel<T, 256, NT>, grid, kThreads, 0, s, w.data, w.n_rows,
-                          w.k, p.span, sl.ids, sl.x_per_slot, n_slots, x, y, partial, counters);
+            launch_tpr<T, 256, NT>(w, p, sl, x, y, partial, counters, s);
             break;
         case 128:
-            launch_kernel(matvec_float_kernel<T, 128, NT>, grid, kThreads, 0, s, w.data, w.n_rows,
-                          w.k, p.span, sl.ids, sl.x_per_slot, n_slots, x, y, partial, counters);
+            launch_tpr<T, 128, NT>(w, p, sl, x, y, partial, counters, s);
             break;
         case 64:
-            launch_kernel(matvec_float_kernel<T, 64, NT>, grid, kThreads, 0, s, w.data, w.n_rows,
-                          w.k, p.span, sl.ids, sl.x_per_slot, n_slots, x, y, partial, counters);
+            launch_tpr<T, 64, NT>(w, p, sl, x, y, partial, counters, s);
             break;
         default:
-            launch_kernel(matvec_float_kernel<T, 32, NT>, grid, kThreads, 0, s, w.data, w.n_rows,
-                          w.k, p.span, sl.ids, sl.x_per_slot, n_slots, x, y, partial, counters);
+            launch_tpr<T, 32, NT>(w, p, sl, x, y, partial, counters, s);
     }
 }
 
