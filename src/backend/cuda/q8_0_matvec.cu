@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/launch.cuh"
@@ -212,22 +213,30 @@ void launch_matvec_rows(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, c
         launch_matvec<TPR, 1>(w, s, xq, xd, y, stream);
 }
 
-void launch_matvec_any(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, const float *xd,
-                       float *y, cudaStream_t stream) {
-    switch (q8_0_threads_per_row(w.k)) {
+// f(std::integral_constant<int, TPR>) for the threads per row of the matvec (q8_0_matmul.h).
+template <class F>
+void with_threads_per_row(int tpr, F &&f) {
+    switch (tpr) {
         case 256:
-            launch_matvec_rows<256>(w, s, xq, xd, y, stream);
+            f(std::integral_constant<int, 256>{});
             break;
         case 128:
-            launch_matvec_rows<128>(w, s, xq, xd, y, stream);
+            f(std::integral_constant<int, 128>{});
             break;
         case 64:
-            launch_matvec_rows<64>(w, s, xq, xd, y, stream);
+            f(std::integral_constant<int, 64>{});
             break;
         default:
-            launch_matvec_rows<32>(w, s, xq, xd, y, stream);
+            f(std::integral_constant<int, 32>{});
             break;
     }
+}
+
+void launch_matvec_any(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, const float *xd,
+                       float *y, cudaStream_t stream) {
+    with_threads_per_row(q8_0_threads_per_row(w.k), [&](auto tpr) {
+        launch_matvec_rows<decltype(tpr)::value>(w, s, xq, xd, y, stream);
+    });
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -249,20 +258,8 @@ void launch_batch_any(const Q8_0Matrix &w, const int8_t *xq, const float *xd, co
     }
     if ((b.n_tokens + kBatchTokens - 1) / kBatchTokens > 65535 || b.groups > 65535)
         throw ds4::Error("matmul_q8_0: too many tokens or groups for one launch");
-    switch (tpr) {
-        case 256:
-            launch_batch<256>(w, xq, xd, b, y, stream);
-            break;
-        case 128:
-            launch_batch<128>(w, xq, xd, b, y, stream);
-            break;
-        case 64:
-            launch_batch<64>(w, xq, xd, b, y, stream);
-            break;
-        default:
-            launch_batch<32>(w, xq, xd, b, y, stream);
-            break;
-    }
+    with_threads_per_row(
+        tpr, [&](auto t) { launch_batch<decltype(t)::value>(w, xq, xd, b, y, stream); });
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
