@@ -46,8 +46,8 @@ int test_main(int argc, char **argv) {
     for (const auto &m : all_modes()) app.add_flag("--" + m.name, chosen[m.name], m.help);
     app.add_option("-m,--model", opt.model,
                    "Weights for --logprob-vectors and --backend-parity (default: DS4_TEST_MODEL; "
-                   "none: the continuation checks are skipped, --backend-parity takes the "
-                   "consistency model)");
+                   "none: the continuation checks are skipped, --backend-parity takes "
+                   "--consistency-model when given, else models/promessi-mini-q8_0.gguf)");
     app.add_option("--vocab", opt.vocab, "Vocabulary GGUF for the tokenization checks")
         ->capture_default_str();
     app.add_option("--vector-file", opt.vector_file, "official.vec (default: DS4_TEST_VECTOR_FILE)")
@@ -57,7 +57,8 @@ int test_main(int argc, char **argv) {
                  "Also run the vector case the reference skips (long_memory_archive)");
     app.add_option("--consistency-model", opt.consistency_model,
                    "Model for --prefill-decode and --kv-roundtrip, and for --backend-parity "
-                   "without -m (default: a tiny synthetic model written to a temporary folder)");
+                   "without -m (default: a tiny synthetic model written to a temporary folder; "
+                   "--backend-parity then takes the shipped trained tiny model)");
     app.add_option("--fixtures-dir", opt.fixtures_dir, "transformers fixtures")
         ->capture_default_str();
     app.add_option("--fixtures-gguf-dir", opt.fixtures_gguf_dir,
