@@ -203,10 +203,6 @@ void bench_float(cudaStream_t s, int reps, double copy_gbs, size_t min_total) {
     }
 }
 
-// The small operations of a decode step, which move little and cost their latency: each row is a
-// chain of 43 dependent launches (one per layer, as in a step) on L2-resident data, replayed as a
-// graph; us per launch. Attention at the row counts of a 2K context's layers (the window of 128
-// plus 64 or 16 compressed rows) and of an indexed layer at full selection (128 + 512).
 // The prefill form of the dense Q8_0 projections: one product of a 2048-token chunk per shape
 // (matmul_q8_0: int8 tensor cores from 32 tokens, and the 8-token-per-block kernel on 31 tokens
 // for comparison), in TOPS (2 x rows x k x tokens per second) and microseconds per token.
@@ -240,6 +236,10 @@ void bench_q8_0_batch(cudaStream_t s, int reps) {
     }
 }
 
+// The small operations of a decode step, which move little and cost their latency: each row is a
+// chain of 43 dependent launches (one per layer, as in a step) on L2-resident data, replayed as a
+// graph; us per launch. Attention at the row counts of a 2K context's layers (the window of 128
+// plus 64 or 16 compressed rows) and of an indexed layer at full selection (128 + 512).
 void bench_small_ops(cudaStream_t s, int reps) {
     constexpr int kLayers = 43, kHeads = 64, kDim = 512, kStreams = 4;
     constexpr int64_t kEmbd = 4096;

@@ -9,7 +9,11 @@
 // sort, stable and computed by one warp in pair order, so the grouping is the same every run.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
+
+#include "common/error.h"
 
 namespace ds4::cuda {
 
@@ -24,6 +28,18 @@ struct ExpertGroups {
     // chooses distinct experts, which sizes the grid of the grouped products).
     int n_tokens = 0;
 };
+
+// The grid of a grouped product (expert_matmul.cuh, expert_mma.cuh): row_split blocks for
+// each expert and tile of `tile` pairs (blockIdx.x, y, z). Tiles run in parallel up to the most an
+// expert can have when each token selects it once (the router's distinct choices); an expert
+// with more (a hash table naming it twice) loops over its tiles in the blocks of that many.
+inline dim3 grouped_grid(const ExpertGroups &g, int row_split, int tile, const char *what) {
+    if (g.n_expert <= 0 || g.n_expert > 65535)
+        throw ds4::Error(std::string(what) + ": 1 to 65535 experts");
+    const int64_t tiles = std::max<int64_t>(1, (int64_t(g.n_tokens) + tile - 1) / tile);
+    return dim3(unsigned(row_split), unsigned(g.n_expert),
+                unsigned(std::min<int64_t>(tiles, 65535)));
+}
 
 // ids: n_pairs expert ids (device), each in [0, n_expert) (the router's output); offsets and
 // order as above (device, n_expert + 1 and n_pairs ints). n_expert <= 1024.

@@ -138,15 +138,9 @@ template <class Format>
 void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k,
             const ExpertGroups &groups, const int8_t *xq, const float *xd, const int16_t *xbsums,
             float *y, cudaStream_t stream) {
-    if (groups.n_expert <= 0 || groups.n_expert > 65535)
-        throw ds4::Error("expert_matmul: 1 to 65535 experts");
+    const dim3 grid = grouped_grid(groups, kRowSplit, kTile, "expert_matmul");
     if (shared_bytes<Format>(k) > 200 * 1024)
         throw ds4::Error("expert_matmul: rows too long for the staged activations");
-    // Tiles in parallel up to the most an expert can have when each token selects it once (the
-    // router's distinct choices); an expert with more (a hash table naming it twice) loops.
-    const int64_t tiles = std::max<int64_t>(1, (groups.n_tokens + kTile - 1) / kTile);
-    const dim3 grid(unsigned(kRowSplit), unsigned(groups.n_expert),
-                    unsigned(std::min<int64_t>(tiles, 65535)));
     launch_kernel(kernel<Format>, grid, kThreads, shared_bytes<Format>(k), stream, wq, wscales,
                   n_rows, k, groups, xq, xd, xbsums, y);
 }

@@ -154,13 +154,7 @@ template <class Format>
 void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k,
             const ExpertGroups &groups, const int8_t *xq, const float *xd, const int16_t *xbsums,
             float *y, cudaStream_t stream) {
-    if (groups.n_expert <= 0 || groups.n_expert > 65535)
-        throw ds4::Error("expert_mma: 1 to 65535 experts");
-    // Tiles in parallel up to the most an expert can have when each token selects it once; an
-    // expert with more (a hash table naming it twice) loops.
-    const int64_t tiles = std::max<int64_t>(1, (groups.n_tokens + kTile - 1) / kTile);
-    const dim3 grid{unsigned(kRowSplit), unsigned(groups.n_expert),
-                    unsigned(std::min<int64_t>(tiles, 65535))};
+    const dim3 grid = grouped_grid(groups, kRowSplit, kTile, "expert_mma");
     launch_kernel(kernel<Format>, grid, kThreads, shared_bytes<Format>(), stream, wq, wscales,
                   n_rows, k, groups, xq, xd, xbsums, y);
 }

@@ -205,8 +205,8 @@ constexpr int kBatchRows = 8;
 constexpr int kBatchRowsPerGroup = 2;
 
 template <GgmlType T, int TPR, int NT, int R>
-void launch_tpr_r(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
-                  double *partial, unsigned *counters, cudaStream_t s) {
+void launch_tpr(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
+                double *partial, unsigned *counters, cudaStream_t s) {
     constexpr int kRowsPerBlock = kThreads / TPR * R;
     const dim3 grid(unsigned((w.n_rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.split),
                     unsigned((sl.n_slots + NT - 1) / NT));
@@ -214,29 +214,13 @@ void launch_tpr_r(const FloatMatrix &w, const Plan &p, const Slots &sl, const fl
                   p.span, sl.ids, sl.x_per_slot, int64_t(sl.n_slots), x, y, partial, counters);
 }
 
-template <GgmlType T, int TPR, int NT>
-void launch_tpr(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
-                double *partial, unsigned *counters, cudaStream_t s) {
-    launch_tpr_r<T, TPR, NT, NT == 1 ? 1 : kBatchRowsPerGroup>(w, p, sl, x, y, partial, counters,
-                                                               s);
-}
-
 template <GgmlType T, int NT>
 void launch(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
             double *partial, unsigned *counters, cudaStream_t s) {
-    switch (p.tpr) {
-        case 256:
-            launch_tpr<T, 256, NT>(w, p, sl, x, y, partial, counters, s);
-            break;
-        case 128:
-            launch_tpr<T, 128, NT>(w, p, sl, x, y, partial, counters, s);
-            break;
-        case 64:
-            launch_tpr<T, 64, NT>(w, p, sl, x, y, partial, counters, s);
-            break;
-        default:
-            launch_tpr<T, 32, NT>(w, p, sl, x, y, partial, counters, s);
-    }
+    constexpr int R = NT == 1 ? 1 : kBatchRowsPerGroup;
+    with_threads_per_row(p.tpr, [&](auto tpr) {
+        launch_tpr<T, decltype(tpr)::value, NT, R>(w, p, sl, x, y, partial, counters, s);
+    });
 }
 
 // NT slots per block: 1 for a product or the experts' slots, kBatchRows for a batch (no ids).

@@ -8,6 +8,7 @@
 // is safe whatever precedes it. DS4_CUDA_PDL=0 launches without the attribute (for comparisons).
 #include <cuda_runtime.h>
 
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
@@ -18,6 +19,26 @@ bool pdl_enabled();
 // The prefill products on int8 tensor cores (q8_0_matmul.h, expert_mma.cuh; the same bits as
 // the kernels they replace); DS4_CUDA_MMA=0 keeps the dp4a kernels, for comparisons.
 bool mma_enabled();
+
+// f(std::integral_constant<int, TPR>{}) for a kernel's threads per row, one of 256, 128, 64 or
+// 32 (anything else: 32): the matvecs pick TPR at run time and compile one kernel for each.
+template <class F>
+void with_threads_per_row(int tpr, F &&f) {
+    switch (tpr) {
+        case 256:
+            f(std::integral_constant<int, 256>{});
+            break;
+        case 128:
+            f(std::integral_constant<int, 128>{});
+            break;
+        case 64:
+            f(std::integral_constant<int, 64>{});
+            break;
+        default:
+            f(std::integral_constant<int, 32>{});
+            break;
+    }
+}
 
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,

@@ -2,7 +2,6 @@
 
 #include <cstddef>
 #include <cstring>
-#include <type_traits>
 
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/launch.cuh"
@@ -211,25 +210,6 @@ void launch_matvec_rows(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, c
         launch_matvec<TPR, 2>(w, s, xq, xd, y, stream);
     else
         launch_matvec<TPR, 1>(w, s, xq, xd, y, stream);
-}
-
-// f(std::integral_constant<int, TPR>) for the threads per row of the matvec (q8_0_matmul.h).
-template <class F>
-void with_threads_per_row(int tpr, F &&f) {
-    switch (tpr) {
-        case 256:
-            f(std::integral_constant<int, 256>{});
-            break;
-        case 128:
-            f(std::integral_constant<int, 128>{});
-            break;
-        case 64:
-            f(std::integral_constant<int, 64>{});
-            break;
-        default:
-            f(std::integral_constant<int, 32>{});
-            break;
-    }
 }
 
 void launch_matvec_any(const Q8_0Matrix &w, const Slots &s, const int8_t *xq, const float *xd,
