@@ -255,4 +255,42 @@ void CpuOps::restore(const BackendState &state) {
     cache_ = s->cache;
 }
 
+size_t CpuTail::payload_bytes() const {
+    size_t b = 0;
+    for (const Layer &L : layers) b += L.raw.bytes() + L.comp_state.bytes() + L.idx_state.bytes();
+    return b;
+}
+
+std::shared_ptr<const BackendState> CpuOps::save_tail() const {
+    auto t = std::make_shared<CpuTail>();
+    t->n_past = cache_.n_past;
+    t->layers.reserve(cache_.layers.size());
+    for (const LayerState &L : cache_.layers)
+        t->layers.push_back({L.raw, L.comp_state, L.idx_state, L.comp.size(), L.idx.size()});
+    return t;
+}
+
+void CpuOps::rewind(const BackendState &tail) {
+    const auto *t = dynamic_cast<const CpuTail *>(&tail);
+    if (t == nullptr || t->layers.size() != cache_.layers.size())
+        throw Error("rewind: a rewind point of another backend or model");
+    if (t->n_past > cache_.n_past) throw Error("rewind: a point after the current position");
+    for (size_t il = 0; il < cache_.layers.size(); ++il) {
+        const CpuTail::Layer &from = t->layers[il];
+        if (from.comp_rows > cache_.layers[il].comp.size() ||
+            from.idx_rows > cache_.layers[il].idx.size())
+            throw Error("rewind: a point of another token history (rows it counts are missing)");
+    }
+    for (size_t il = 0; il < cache_.layers.size(); ++il) {
+        const CpuTail::Layer &from = t->layers[il];
+        LayerState &L = cache_.layers[il];
+        L.raw = from.raw;
+        L.comp_state = from.comp_state;
+        L.idx_state = from.idx_state;
+        L.comp.truncate(from.comp_rows);
+        L.idx.truncate(from.idx_rows);
+    }
+    cache_.n_past = t->n_past;
+}
+
 }  // namespace ds4::runtime

@@ -18,6 +18,19 @@ struct CpuState final : BackendState {
     size_t payload_bytes() const override;
 };
 
+// A rewind point of the CPU backend (Ops::save_tail): the raw windows, the compressors' windows
+// and the row counts of every layer.
+struct CpuTail final : BackendState {
+    struct Layer {
+        RowStore raw;
+        CompressorState comp_state, idx_state;
+        size_t comp_rows = 0, idx_rows = 0;
+    };
+    int64_t n_past = 0;
+    std::vector<Layer> layers;
+    size_t payload_bytes() const override;
+};
+
 class CpuOps final : public Ops {
   public:
     CpuOps(const model::HParams &hp, const model::ModelWeights &w, backend::cpu::ThreadPool &pool,
@@ -48,6 +61,8 @@ class CpuOps final : public Ops {
 
     std::shared_ptr<const BackendState> save() const override;
     void restore(const BackendState &state) override;
+    std::shared_ptr<const BackendState> save_tail() const override;
+    void rewind(const BackendState &tail) override;
     size_t kv_bytes() const override { return cache_.bytes(); }
     void write_state(std::ostream &out) const override;
     void read_state(std::istream &in, int64_t n_past) override;

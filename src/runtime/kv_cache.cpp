@@ -36,6 +36,13 @@ void RowStore::push(const float *row) {
     set(n_rows_, row);
 }
 
+void RowStore::truncate(size_t n) {
+    if (n > n_rows_)
+        throw Error("KV row store: truncating " + std::to_string(n_rows_) + " rows to " +
+                    std::to_string(n));
+    n_rows_ = n;
+}
+
 void RowStore::get(size_t i, float *out) const {
     if (f16_) {
         const uint16_t *src = h_.data() + i * width_;

@@ -23,6 +23,8 @@ class RowStore {
     void push(const float *row);           // throws when full
     void set(size_t i, const float *row);  // i < capacity; grows size to i + 1
     void get(size_t i, float *out) const;
+    // Forgets the rows from n on (n <= size()): the next push writes row n.
+    void truncate(size_t n);
     size_t bytes() const { return capacity_ * width_ * (f16_ ? 2 : 4); }
     bool f16() const { return f16_; }
     size_t row_bytes() const { return size_t(width_) * (f16_ ? 2 : 4); }

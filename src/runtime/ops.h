@@ -101,6 +101,15 @@ class Ops {
 
     virtual std::shared_ptr<const BackendState> save() const = 0;
     virtual void restore(const BackendState &state) = 0;
+    // A rewind point (Session::rewind): the attention state but the compressed and indexer rows.
+    // Those rows are only appended (row i is written once, by the position that completes its
+    // window, from positions before it: docs/MODEL.md 8.1), so a later state of the same token
+    // history still holds every row of the positions before the point, and rewind(point) gives
+    // the state the point was taken in: the raw window and the compressors' windows restored,
+    // n_past set back, the rows after its count left to be overwritten. The defaults copy the
+    // whole state.
+    virtual std::shared_ptr<const BackendState> save_tail() const { return save(); }
+    virtual void rewind(const BackendState &tail) { restore(tail); }
     virtual size_t kv_bytes() const = 0;
 
     // The attention state as bytes (Session::write_state, the server's disk KV cache), and back.

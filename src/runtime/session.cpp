@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/forward.h"
@@ -47,14 +49,20 @@ uint32_t default_chunk(Backend backend) {
 }
 
 Session::Session(Model &model, const SessionOptions &opts)
-    : model_(model), chunk_(opts.chunk ? opts.chunk : default_chunk(model.backend())) {
+    : model_(model),
+      chunk_(opts.chunk ? opts.chunk : default_chunk(model.backend())),
+      interval_(opts.rewind_interval),
+      max_points_(opts.max_rewind_points) {
     if (opts.ctx == 0) throw Error("context size must be > 0");
+    if (interval_ != 0 && max_points_ == 0)
+        throw Error("rewind points every N tokens need room for at least one (max_rewind_points)");
     const bool f16 = opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0;
     if (model.device())
         ops_ = model.device()->new_session(opts.ctx, f16, opts.forward, chunk_);
     else
         ops_ = std::make_unique<CpuOps>(model.hparams(), model.weights(), model.pool(),
                                         model.experts(), opts.forward, opts.ctx, f16);
+    points_[0] = {ops_->save_tail(), {}};
 }
 
 uint64_t Session::kv_bytes_for(const model::HParams &hp, const SessionOptions &opts,
@@ -84,12 +92,17 @@ const std::vector<float> &Session::eval(std::span<const int32_t> tokens,
         throw Error(fmt::format(
             "{} tokens do not fit: {} already in the context, {} new, context size {}",
             tokens_.size() + tokens.size(), tokens_.size(), tokens.size(), ops_->ctx()));
-    for (size_t i = 0; i < tokens.size(); i += chunk_) {
-        const size_t n = std::min<size_t>(chunk_, tokens.size() - i);
+    for (size_t i = 0; i < tokens.size();) {
+        size_t n = std::min<size_t>(chunk_, tokens.size() - i);
+        // A batch ends at each multiple of the rewind interval (the bits do not depend on
+        // where batches end), where the point is taken.
+        if (interval_) n = std::min<size_t>(n, interval_ - tokens_.size() % interval_);
         const std::span<const int32_t> batch = tokens.subspan(i, n);
         forward(*ops_, model_.hparams(), model_.weights(), batch, logits_);
         tokens_.insert(tokens_.end(), batch.begin(), batch.end());
-        if (progress) progress(i + n, tokens.size());
+        i += n;
+        if (interval_ && tokens_.size() % interval_ == 0) add_periodic_point();
+        if (progress) progress(i, tokens.size());
     }
     return logits_;
 }
@@ -98,6 +111,87 @@ void Session::restore(const Snapshot &s) {
     ops_->restore(*s.state);
     logits_ = s.logits;
     tokens_ = s.tokens;
+    forget_history();
+}
+
+size_t Session::RewindPoint::bytes() const {
+    return tail->payload_bytes() + logits.size() * sizeof(float);
+}
+
+void Session::add_periodic_point() {
+    points_[tokens_.size()] = {ops_->save_tail(), logits_};
+    if (points_.size() - 1 <= max_points_) return;
+    // Too many: keep the multiples of twice the interval (position 0 among them).
+    interval_ *= 2;
+    std::erase_if(points_, [&](const auto &p) { return p.first % interval_ != 0; });
+}
+
+void Session::forget_history() {
+    std::erase_if(points_, [](const auto &p) { return p.first != 0; });
+    mark_.reset();
+}
+
+void Session::mark_rewind_point() {
+    if (mark_ && mark_->first == tokens_.size()) return;
+    mark_.emplace(tokens_.size(), RewindPoint{ops_->save_tail(), logits_});
+}
+
+size_t Session::rewind_point(size_t n) const {
+    if (n >= tokens_.size()) return tokens_.size();
+    size_t best = 0;  // the point at 0 is always there
+    if (auto it = points_.upper_bound(n); it != points_.begin()) best = std::prev(it)->first;
+    if (mark_ && mark_->first <= n) best = std::max(best, mark_->first);
+    return best;
+}
+
+size_t Session::rewind(size_t n) {
+    const size_t p = rewind_point(n);
+    if (p == tokens_.size()) return p;
+    const RewindPoint &point = mark_ && mark_->first == p ? mark_->second : points_.at(p);
+    ops_->rewind(*point.tail);
+    logits_ = point.logits;
+    tokens_.resize(p);
+    std::erase_if(points_, [&](const auto &q) { return q.first > p; });
+    if (mark_ && mark_->first > p) mark_.reset();
+    return p;
+}
+
+std::vector<size_t> Session::rewind_points() const {
+    std::vector<size_t> out;
+    for (const auto &[pos, point] : points_) out.push_back(pos);
+    if (mark_ && !points_.count(mark_->first)) {
+        out.push_back(mark_->first);
+        std::sort(out.begin(), out.end());
+    }
+    return out;
+}
+
+size_t Session::rewind_points_bytes() const {
+    size_t b = mark_ ? mark_->second.bytes() : 0;
+    for (const auto &[pos, point] : points_) b += point.bytes();
+    return b;
+}
+
+uint64_t Session::rewind_point_bytes_for(const model::HParams &hp, const SessionOptions &opts,
+                                         Backend backend) {
+    // kv_bytes_for without the compressed rows; the CUDA backend's ring also holds a prefill
+    // chunk's rows (cuda_ops.cpp).
+    const bool f16 = opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0;
+    const uint64_t elem = f16 && backend == Backend::Cpu ? 2 : 4;
+    const uint64_t ring =
+        hp.sliding_window +
+        (backend == Backend::Cuda ? (opts.chunk ? opts.chunk : kCudaDefaultChunk) : 0);
+    uint64_t b = uint64_t(hp.n_vocab) * sizeof(float);
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        b += ring * hp.head_dim * elem;
+        const uint32_t r = hp.compress_ratio[il];
+        if (r == 0) continue;
+        const uint64_t coff = hp.compressor_coff(il);
+        b += 2 * (coff * r) * (coff * hp.head_dim) * sizeof(float);
+        if (hp.attention_kind(il) == model::AttentionKind::Overlapped)
+            b += 2 * (coff * r) * (coff * hp.idx_head_dim) * sizeof(float);
+    }
+    return b;
 }
 
 namespace {
@@ -157,6 +251,7 @@ void Session::read_state(std::istream &in) {
     ops_->read_state(in, int64_t(n_tokens));
     tokens_ = std::move(tokens);
     logits_ = std::move(logits);
+    forget_history();
 }
 
 const char *backend_name(Backend b) {

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -78,6 +80,11 @@ struct SessionOptions {
     // Cached rows as f16 (the reference engines' rounding) or f32; default: f16 when QAT
     // simulation is on, f32 when it is off (exact comparisons with f32 references).
     int f16_rows = -1;
+    // Rewind points (Session::rewind): one each time the session's length reaches a multiple of
+    // rewind_interval tokens (0 = none). When there are more than max_rewind_points of them, every
+    // other one is dropped and the interval doubles, so that they keep covering the whole history.
+    uint32_t rewind_interval = 0;
+    uint32_t max_rewind_points = 32;
 };
 
 class Session {
@@ -119,12 +126,43 @@ class Session {
     void write_state(std::ostream &out) const;
     void read_state(std::istream &in);
 
+    // Going back to a prefix of the tokens without evaluating them again. A rewind point holds
+    // the attention state but the compressed rows (Ops::save_tail: the raw window and the
+    // compressors' windows, ~17 MB for the Flash layout on the CPU, f16 rows) and the logits;
+    // the session keeps one at position 0, the periodic ones of SessionOptions::rewind_interval,
+    // and the one mark_rewind_point() sets. rewind_point(n) is the longest prefix of at most n
+    // tokens it can return to (n itself for n >= tokens().size()); rewind(n) returns there,
+    // drops the points after it, and returns its length: the state, logits and tokens are then
+    // exactly those the session had at that length (the tokens after it are evaluated again by
+    // the caller, with the same bits as a session that never went further). restore() and
+    // read_state() keep only the point at 0 (the others belong to another history).
+    void mark_rewind_point();
+    size_t rewind_point(size_t n) const;
+    size_t rewind(size_t n);
+    // The positions of the rewind points kept, ascending (the mark among them), and their bytes.
+    std::vector<size_t> rewind_points() const;
+    size_t rewind_points_bytes() const;
+    // The bytes of one rewind point of a session of `opts` (an upper bound; the logits included).
+    static uint64_t rewind_point_bytes_for(const model::HParams &hp, const SessionOptions &opts,
+                                           Backend backend = Backend::Cpu);
+
   private:
+    struct RewindPoint {
+        std::shared_ptr<const BackendState> tail;
+        std::vector<float> logits;
+        size_t bytes() const;
+    };
+    void add_periodic_point();
+    void forget_history();  // after restore / read_state: only the point at 0 stays
+
     Model &model_;
     std::unique_ptr<Ops> ops_;
     uint32_t chunk_;
     std::vector<float> logits_;
     std::vector<int32_t> tokens_;
+    uint32_t interval_, max_points_;
+    std::map<size_t, RewindPoint> points_;                // position 0 and the periodic ones
+    std::optional<std::pair<size_t, RewindPoint>> mark_;  // mark_rewind_point()'s
 };
 
 }  // namespace ds4::runtime

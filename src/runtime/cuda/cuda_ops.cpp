@@ -937,6 +937,55 @@ void CudaOps::restore(const BackendState &state) {
     DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
 }
 
+namespace {
+
+// The buffers of a layer a rewind point copies: all but the compressed rows.
+template <class Layer>  // CudaOps::LayerKv, const or not
+auto tail_buffers(Layer &l) {
+    return std::array{&l.raw, &l.comp_kv, &l.comp_score, &l.idx_kv, &l.idx_score};
+}
+
+}  // namespace
+
+struct CudaTail final : BackendState {
+    std::vector<CudaOps::LayerKv> layers;  // comp and idx left empty
+    int64_t n_past = 0;
+    size_t payload = 0;
+    size_t payload_bytes() const override { return payload; }
+};
+
+std::shared_ptr<const BackendState> CudaOps::save_tail() const {
+    if (graph_.capturing()) throw Error("CUDA backend: save_tail() during a step");
+    auto t = std::make_shared<CudaTail>();
+    t->n_past = n_past_;
+    for (const LayerKv &l : kv_) {
+        LayerKv &copy = t->layers.emplace_back();
+        const auto src = tail_buffers(l);
+        const auto dst = tail_buffers(copy);
+        for (size_t i = 0; i < src.size(); ++i) {
+            *dst[i] = clone(*src[i], s_);
+            t->payload += src[i]->bytes();
+        }
+    }
+    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+    return t;
+}
+
+void CudaOps::rewind(const BackendState &tail) {
+    graph_.abort(s_);
+    const auto *t = dynamic_cast<const CudaTail *>(&tail);
+    if (t == nullptr || t->layers.size() != kv_.size())
+        throw Error("rewind: a rewind point of another backend or model");
+    if (t->n_past > n_past_) throw Error("rewind: a point after the current position");
+    for (size_t il = 0; il < kv_.size(); ++il) {
+        const auto src = tail_buffers(t->layers[il]);
+        const auto dst = tail_buffers(kv_[il]);
+        for (size_t i = 0; i < src.size(); ++i) copy_into(*dst[i], *src[i], s_);
+    }
+    n_past_ = t->n_past;
+    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+}
+
 size_t CudaOps::kv_bytes() const {
     size_t b = 0;
     for (const LayerKv &l : kv_)

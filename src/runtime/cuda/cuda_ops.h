@@ -71,6 +71,10 @@ class CudaOps final : public Ops {
 
     std::shared_ptr<const BackendState> save() const override;
     void restore(const BackendState &state) override;
+    // A rewind point: device copies of the ring and the compressor windows (the compressed rows
+    // stay where they are; a later position only appends to them).
+    std::shared_ptr<const BackendState> save_tail() const override;
+    void rewind(const BackendState &tail) override;
     size_t kv_bytes() const override;
 
     // The attention state of one layer (docs/MODEL.md 8.1), rows as f32 values (of their f16
