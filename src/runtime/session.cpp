@@ -174,13 +174,10 @@ size_t Session::rewind_points_bytes() const {
 
 uint64_t Session::rewind_point_bytes_for(const model::HParams &hp, const SessionOptions &opts,
                                          Backend backend) {
-    // kv_bytes_for without the compressed rows; the CUDA backend's ring also holds a prefill
-    // chunk's rows (cuda_ops.cpp).
+    // kv_bytes_for without the compressed rows (of the raw ring, the window's rows).
     const bool f16 = opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0;
     const uint64_t elem = f16 && backend == Backend::Cpu ? 2 : 4;
-    const uint64_t ring =
-        hp.sliding_window +
-        (backend == Backend::Cuda ? (opts.chunk ? opts.chunk : kCudaDefaultChunk) : 0);
+    const uint64_t ring = hp.sliding_window;
     uint64_t b = uint64_t(hp.n_vocab) * sizeof(float);
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
         b += ring * hp.head_dim * elem;

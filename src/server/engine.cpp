@@ -22,49 +22,34 @@ bool is_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &b) {
     return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
+// The length of the common prefix of a and b.
+size_t common_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &b) {
+    const size_t n = std::min(a.size(), b.size());
+    return size_t(std::mismatch(a.begin(), a.begin() + n, b.begin()).first - a.begin());
+}
+
 }  // namespace
 
-// One session slot and the states it can resume a prompt from. The session API has no rewind
-// (eval appends; save / restore copy the whole state), so these are: the live session (the last
-// prompt plus what was generated), the snapshot taken at the end of the last prompt, and the
-// empty session.
+// One session slot. It resumes a prompt from the longest state it can return to within the
+// prompt's common prefix with its tokens: the live session when its tokens are a prefix of the
+// prompt, else a rewind point (Session::rewind: the mark at the end of the last prompt, the
+// periodic points of --rewind-interval, the start).
 struct Engine::Slot {
     runtime::Session session;
-    runtime::Session::Snapshot empty;        // the session before any token
-    runtime::Session::Snapshot prompt_snap;  // the session at the end of the last prompt
-    bool has_prompt_snap = false;
 
-    Slot(runtime::Model &model, const runtime::SessionOptions &so)
-        : session(model, so), empty(session.save()) {}
+    Slot(runtime::Model &model, const runtime::SessionOptions &so) : session(model, so) {}
 
-    // The length of the longest of those states whose tokens are a prefix of `prompt`.
     size_t resumable(const std::vector<int32_t> &prompt) const {
-        if (is_prefix(session.tokens(), prompt)) return session.tokens().size();
-        if (has_prompt_snap && is_prefix(prompt_snap.tokens, prompt))
-            return prompt_snap.tokens.size();
-        return 0;
+        return session.rewind_point(common_prefix(session.tokens(), prompt));
     }
     // Puts the session in that state; returns its length.
     size_t resume(const std::vector<int32_t> &prompt) {
-        if (is_prefix(session.tokens(), prompt)) {
-        } else if (has_prompt_snap && is_prefix(prompt_snap.tokens, prompt)) {
-            session.restore(prompt_snap);
-        } else {
-            session.restore(empty);
-        }
-        return session.tokens().size();
+        return session.rewind(common_prefix(session.tokens(), prompt));
     }
-    // After the live state was lost (a checkpoint that failed after its state was read): the
-    // prompt snapshot if it is a prefix of `prompt`, else the empty session; returns its length.
-    size_t resume_saved(const std::vector<int32_t> &prompt) {
-        session.restore(has_prompt_snap && is_prefix(prompt_snap.tokens, prompt) ? prompt_snap
-                                                                                 : empty);
-        return session.tokens().size();
-    }
-    void reset() {
-        session.restore(empty);
-        has_prompt_snap = false;
-    }
+    // After the state was replaced by one found inconsistent (a disk checkpoint that failed
+    // after it was read), or an evaluation failed: the start (the points of the history it had
+    // are gone with it).
+    void reset() { session.rewind(0); }
 };
 
 Engine::Engine(runtime::Model &model, const tokenizer::Tokenizer &tok, runtime::SessionOptions so,
@@ -168,7 +153,8 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
             if (got.tokens > 0) {
                 res.cached_tokens = got.tokens;
             } else if (got.session_changed) {
-                res.cached_tokens = s.resume_saved(prompt);
+                s.reset();
+                res.cached_tokens = 0;
             }
         }
         if (on_start && !on_start(res)) {
@@ -201,11 +187,9 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
                 disk_->store(s.session, points[next_point++].reason);
         }
         res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-        // The state at the end of the prompt is kept for the next request.
-        if (!s.has_prompt_snap || s.prompt_snap.tokens != s.session.tokens()) {
-            s.prompt_snap = s.session.save();
-            s.has_prompt_snap = true;
-        }
+        // The state at the end of the prompt is kept for the next request (which resends it
+        // with the answer, or with another answer).
+        s.session.mark_rewind_point();
 
         std::atomic<bool> cancel{false};
         runtime::Sampler sampler(r.sampling);

@@ -169,6 +169,30 @@ TEST(CudaModel, LongChunkAndTokenByTokenAreBitExact) {
     }
 }
 
+// Session::rewind on the CUDA backend (its rewind points copy the ring's window rows, which sit
+// at p % (window + chunk), and the compressor windows): other tokens after a rewind give the
+// bits of a session that evaluated them from the start, in prefill chunks and in decode graphs.
+TEST(CudaModel, RewindThenOtherTokensGiveTheColdBits) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    auto gpu = Model::load(tiny_model(model::QuantMix::Q2), {.backend = Backend::Cuda});
+    const auto first = prompt(100);
+    std::vector<int32_t> other;
+    for (int i = 0; i < 45; ++i) other.push_back(int32_t((i * 11 + 3) % 512));
+    for (uint32_t chunk : {1u, 7u, 40u}) {
+        Session s(*gpu, {.ctx = 256, .chunk = chunk, .rewind_interval = 6});
+        s.eval(first);
+        ASSERT_EQ(s.rewind(70), 66u) << chunk;
+        std::vector<int32_t> all(first.begin(), first.begin() + 66);
+        all.insert(all.end(), other.begin(), other.end());
+        Session cold(*gpu, {.ctx = 256, .chunk = chunk});
+        ASSERT_EQ(s.eval(other), cold.eval(all)) << "chunk " << chunk;
+        for (int step = 0; step < 6; ++step) {  // decode steps (graphs) after the rewind
+            const std::vector<int32_t> next{runtime::argmax(cold.logits())};
+            ASSERT_EQ(s.eval(next), cold.eval(next)) << "chunk " << chunk << " step " << step;
+        }
+    }
+}
+
 TEST(CudaModel, RunToRunChunkedAndSnapshotsAreBitExact) {
     DS4_REQUIRE_CUDA_DEVICE();
     auto gpu = Model::load(tiny_model(model::QuantMix::Q2), {.backend = Backend::Cuda});

@@ -51,6 +51,8 @@ struct Options {
     double keepalive = 5;
     int read_timeout = 10, write_timeout = 30, idle_timeout = 5;
     size_t responses_store = ds4::server::kDefaultResponsesStore;
+    // Rewind points of each slot (docs/SERVER.md, Sessions and KV reuse).
+    uint32_t rewind_interval = 2048, rewind_points = 16;
     ds4::tools::BackendFlags backend;
     // The disk KV cache (docs/SERVER.md, Disk KV cache).
     std::string kv_disk_dir;
@@ -134,6 +136,18 @@ int server_main(int argc, char **argv) {
                    "/v1/responses/{id} (the oldest dropped first); 0 = none")
         ->check(integer_in(0, 1000000))
         ->default_str(std::to_string(ds4::server::kDefaultResponsesStore));
+    app.add_option("--rewind-interval", opt.rewind_interval,
+                   "A rewind point every N tokens of a slot's session: a prompt that shares only "
+                   "part of the slot's tokens (an edited earlier message) resumes from the last "
+                   "point before the first difference; 0 = only the end of the last prompt and "
+                   "the start")
+        ->check(integer_in(0, std::numeric_limits<int32_t>::max()))
+        ->default_str("2048");
+    app.add_option("--rewind-points", opt.rewind_points,
+                   "Periodic rewind points a slot keeps; beyond it every other one is dropped "
+                   "and the interval doubles")
+        ->check(integer_in(1, 4096))
+        ->default_str("16");
     app.add_option("--kv-disk-dir", opt.kv_disk_dir,
                    "Keep KV checkpoints in DIR (created, mode 0700) across restarts");
     auto *kv_space = app.add_option("--kv-disk-space-mb", opt.kv_disk_space_mb,
@@ -246,17 +260,21 @@ int server_main(int argc, char **argv) {
                                ? opt.ctx
                                : std::min<uint64_t>(opt.ctx, hp.context_length);
     so.ctx = ds4::tools::context_for(asked, hp, so, "--ctx");
-    // Each slot holds three copies of its KV cache on the CPU backend: the live one, the snapshot
-    // at the end of its last prompt and its empty state (docs/SERVER.md, Sessions and KV reuse);
-    // with the disk cache a fourth while a checkpoint is read (into a fresh cache, so that a bad
+    so.rewind_interval = opt.rewind_interval;
+    so.max_rewind_points = opt.rewind_points;
+    // Each slot holds its KV cache and its rewind points (the start, the end of the last prompt
+    // and up to --rewind-points periodic ones: docs/SERVER.md, Sessions and KV reuse); with the
+    // disk cache a second KV cache while a checkpoint is read (into a fresh cache, so that a bad
     // file leaves the session as it was).
-    const uint64_t copies = opt.kv_disk_dir.empty() ? 3 : 4;
+    const uint64_t caches = opt.kv_disk_dir.empty() ? 1 : 2;
+    const uint64_t points = 2 + (opt.rewind_interval ? opt.rewind_points : 0);
     if (model->backend() == ds4::runtime::Backend::Cpu)
         ds4::tools::check_memory_fits(
-            copies * opt.parallel * ds4::runtime::Session::kv_bytes_for(hp, so),
-            fmt::format("the KV caches of {} slot{} of {} tokens ({} copies each)", opt.parallel,
-                        opt.parallel == 1 ? "" : "s", so.ctx, copies),
-            "lower --ctx or --parallel");
+            opt.parallel * (caches * ds4::runtime::Session::kv_bytes_for(hp, so) +
+                            points * ds4::runtime::Session::rewind_point_bytes_for(hp, so)),
+            fmt::format("the KV caches of {} slot{} of {} tokens and {} rewind points each",
+                        opt.parallel, opt.parallel == 1 ? "" : "s", so.ctx, points),
+            "lower --ctx, --parallel or --rewind-points");
 
     // The disk KV cache is indexed (and evicted down to its budget) before the server listens.
     std::unique_ptr<ds4::server::KvDiskCache> disk;
@@ -303,6 +321,11 @@ int server_main(int argc, char **argv) {
                engine.ctx(),
                ds4::runtime::Session::kv_bytes_for(hp, so, model->backend()) / 1048576.0,
                opt.parallel, opt.parallel == 1 ? "" : "s", opt.queue);
+    if (opt.rewind_interval)
+        fmt::print(
+            stderr, "{}: a rewind point every {} tokens, up to {} of {:.2f} MiB a slot\n", kTool,
+            opt.rewind_interval, opt.rewind_points,
+            ds4::runtime::Session::rewind_point_bytes_for(hp, so, model->backend()) / 1048576.0);
     fmt::print(stderr, "{}: listening on http://{}:{}\n", kTool, opt.host, port);
 
     listening = &server;

@@ -939,14 +939,16 @@ void CudaOps::restore(const BackendState &state) {
 
 namespace {
 
-// The buffers of a layer a rewind point copies: all but the compressed rows.
+// The compressor windows of a layer, which a rewind point copies whole.
 template <class Layer>  // CudaOps::LayerKv, const or not
-auto tail_buffers(Layer &l) {
-    return std::array{&l.raw, &l.comp_kv, &l.comp_score, &l.idx_kv, &l.idx_score};
+auto window_buffers(Layer &l) {
+    return std::array{&l.comp_kv, &l.comp_score, &l.idx_kv, &l.idx_score};
 }
 
 }  // namespace
 
+// A rewind point: per layer the ring's rows of the last min(n_past, sliding_window) positions,
+// oldest first (all a later token can see of the window), in `raw`, and the compressor windows.
 struct CudaTail final : BackendState {
     std::vector<CudaOps::LayerKv> layers;  // comp and idx left empty
     int64_t n_past = 0;
@@ -954,14 +956,31 @@ struct CudaTail final : BackendState {
     size_t payload_bytes() const override { return payload; }
 };
 
+void CudaOps::copy_window_rows(float *rows, uint32_t il, bool to_ring) const {
+    // Positions first..n_past_-1 sit at slots p % ring_rows_: at most two contiguous runs.
+    const int64_t D = hp_.head_dim, first = std::max<int64_t>(0, n_past_ - hp_.sliding_window);
+    float *ring = kv_[il].raw.as<float>();
+    for (int64_t p = first; p < n_past_;) {
+        const int64_t slot = p % ring_rows_, n = std::min(n_past_ - p, ring_rows_ - slot);
+        float *r = ring + slot * D, *t = rows + (p - first) * D;
+        DS4_CUDA_CHECK(cudaMemcpyAsync(to_ring ? r : t, to_ring ? t : r, size_t(n * D) * 4,
+                                       cudaMemcpyDeviceToDevice, s_));
+        p += n;
+    }
+}
+
 std::shared_ptr<const BackendState> CudaOps::save_tail() const {
     if (graph_.capturing()) throw Error("CUDA backend: save_tail() during a step");
     auto t = std::make_shared<CudaTail>();
     t->n_past = n_past_;
-    for (const LayerKv &l : kv_) {
+    const size_t window = size_t(hp_.sliding_window) * hp_.head_dim;
+    for (uint32_t il = 0; il < kv_.size(); ++il) {
         LayerKv &copy = t->layers.emplace_back();
-        const auto src = tail_buffers(l);
-        const auto dst = tail_buffers(copy);
+        copy.raw = device_array<float>(window);
+        copy_window_rows(copy.raw.as<float>(), il, false);
+        t->payload += window * sizeof(float);
+        const auto src = window_buffers(kv_[il]);
+        const auto dst = window_buffers(copy);
         for (size_t i = 0; i < src.size(); ++i) {
             *dst[i] = clone(*src[i], s_);
             t->payload += src[i]->bytes();
@@ -977,12 +996,13 @@ void CudaOps::rewind(const BackendState &tail) {
     if (t == nullptr || t->layers.size() != kv_.size())
         throw Error("rewind: a rewind point of another backend or model");
     if (t->n_past > n_past_) throw Error("rewind: a point after the current position");
-    for (size_t il = 0; il < kv_.size(); ++il) {
-        const auto src = tail_buffers(t->layers[il]);
-        const auto dst = tail_buffers(kv_[il]);
+    n_past_ = t->n_past;
+    for (uint32_t il = 0; il < kv_.size(); ++il) {
+        copy_window_rows(t->layers[il].raw.as<float>(), il, true);
+        const auto src = window_buffers(t->layers[il]);
+        const auto dst = window_buffers(kv_[il]);
         for (size_t i = 0; i < src.size(); ++i) copy_into(*dst[i], *src[i], s_);
     }
-    n_past_ = t->n_past;
     DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
 }
 

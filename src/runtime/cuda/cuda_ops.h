@@ -94,6 +94,9 @@ class CudaOps final : public Ops {
     };
 
   private:
+    // The ring rows of layer il's last min(n_past, sliding_window) positions to (or, to_ring,
+    // from) `rows`, oldest first (a rewind point's copy of the window).
+    void copy_window_rows(float *rows, uint32_t il, bool to_ring) const;
     // The int64 words of one token's step (begin_batch writes them): the position, the window
     // ring's slot and the visible raw rows, and per compression ratio (ratio_row_) the pooled
     // row's position and window phase, the index of the row the window completes (-1: none),
