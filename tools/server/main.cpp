@@ -231,9 +231,6 @@ int server_main(int argc, char **argv) {
         throw UsageError(fmt::format(
             "--kv-cache-cold-max-tokens {} must be 0 or at least --kv-cache-min-tokens {}",
             opt.kv.cold_max_tokens, opt.kv.min_tokens));
-    if (!opt.kv_disk_dir.empty() && backend == ds4::runtime::Backend::Cuda)
-        throw UsageError(
-            "--kv-disk-dir needs the CPU backend: the CUDA backend cannot save its KV state yet");
 
     const auto streaming = ssd.options(backend, opt.model);
     auto model = from_model_file(opt.model, [&] {

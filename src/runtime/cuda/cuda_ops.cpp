@@ -20,6 +20,7 @@
 #include "backend/cuda/token_io.h"
 #include "backend/cuda/vector_ops.h"
 #include "common/error.h"
+#include "runtime/kv_cache_io.h"
 
 namespace ds4::runtime::cuda_backend {
 namespace {
@@ -1004,6 +1005,96 @@ void CudaOps::rewind(const BackendState &tail) {
         for (size_t i = 0; i < src.size(); ++i) copy_into(*dst[i], *src[i], s_);
     }
     DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+}
+
+namespace {
+
+void download(const void *device, void *host, size_t bytes, cudaStream_t s) {
+    if (bytes) DS4_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s));
+}
+
+void upload(const void *host, void *device, size_t bytes, cudaStream_t s) {
+    if (bytes) DS4_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, s));
+}
+
+// A compressor window's device buffers and its host twin have one layout, rows x width.
+void check_window(const cuda::DeviceBuffer &b, const std::vector<float> &host) {
+    if (b.bytes() != host.size() * sizeof(float))
+        throw Error("internal: a CUDA compressor window of another shape than the CPU's");
+}
+
+}  // namespace
+
+void CudaOps::write_state(std::ostream &out) const {
+    if (graph_.capturing()) throw Error("CUDA backend: write_state() during a step");
+    const int64_t D = hp_.head_dim, I = hp_.idx_head_dim, W = hp_.sliding_window;
+    const int64_t first = std::max<int64_t>(0, n_past_ - W);
+    KvCache c(hp_, ctx_, f16_);
+    c.n_past = n_past_;
+    cuda::DeviceBuffer window = device_array<float>(size_t(W * D));
+    std::vector<float> raw(size_t((n_past_ - first) * D)), comp, idx;
+    for (uint32_t il = 0; il < kv_.size(); ++il) {
+        const LayerKv &k = kv_[il];
+        LayerState &L = c.layers[il];
+        copy_window_rows(window.as<float>(), il, false);
+        download(window.get(), raw.data(), raw.size() * sizeof(float), s_);
+        const uint32_t r = hp_.compress_ratio[il];
+        const int64_t rows = r ? n_past_ / r : 0;
+        comp.resize(size_t(rows * D));
+        idx.resize(k.idx.bytes() ? size_t(rows * I) : 0);
+        download(k.comp.get(), comp.data(), comp.size() * sizeof(float), s_);
+        download(k.idx.get(), idx.data(), idx.size() * sizeof(float), s_);
+        if (r) {
+            check_window(k.comp_kv, L.comp_state.kv);
+            download(k.comp_kv.get(), L.comp_state.kv.data(), k.comp_kv.bytes(), s_);
+            download(k.comp_score.get(), L.comp_state.score.data(), k.comp_score.bytes(), s_);
+            check_window(k.idx_kv, L.idx_state.kv);
+            download(k.idx_kv.get(), L.idx_state.kv.data(), k.idx_kv.bytes(), s_);
+            download(k.idx_score.get(), L.idx_state.score.data(), k.idx_score.bytes(), s_);
+        }
+        DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+        // The raw ring of the CPU: position p at slot p % W (f16 rows hold f16 values already).
+        for (int64_t p = first; p < n_past_; ++p) L.raw.set(size_t(p % W), &raw[(p - first) * D]);
+        for (int64_t i = 0; i < rows; ++i) L.comp.push(&comp[i * D]);
+        if (!idx.empty())
+            for (int64_t i = 0; i < rows; ++i) L.idx.push(&idx[i * I]);
+    }
+    write_kv_cache(out, c);
+}
+
+void CudaOps::read_state(std::istream &in, int64_t n_past) {
+    // Everything is read and checked before the device state changes.
+    const KvCache c = read_kv_cache(in, hp_, ctx_, f16_, n_past);
+    graph_.abort(s_);
+    const int64_t D = hp_.head_dim, I = hp_.idx_head_dim, W = hp_.sliding_window;
+    n_past_ = n_past;
+    const int64_t first = std::max<int64_t>(0, n_past_ - W);
+    cuda::DeviceBuffer window = device_array<float>(size_t(W * D));
+    std::vector<float> raw(size_t((n_past_ - first) * D)), rows;
+    for (uint32_t il = 0; il < kv_.size(); ++il) {
+        LayerKv &k = kv_[il];
+        const LayerState &L = c.layers[il];
+        for (int64_t p = first; p < n_past_; ++p) L.raw.get(size_t(p % W), &raw[(p - first) * D]);
+        upload(raw.data(), window.get(), raw.size() * sizeof(float), s_);
+        copy_window_rows(window.as<float>(), il, true);
+        auto put_rows = [&](const RowStore &from, cuda::DeviceBuffer &to, int64_t width) {
+            rows.resize(from.size() * size_t(width));
+            for (size_t i = 0; i < from.size(); ++i) from.get(i, &rows[i * size_t(width)]);
+            upload(rows.data(), to.get(), rows.size() * sizeof(float), s_);
+            DS4_CUDA_CHECK(cudaStreamSynchronize(s_));  // `rows` is reused
+        };
+        put_rows(L.comp, k.comp, D);
+        put_rows(L.idx, k.idx, I);
+        if (hp_.compress_ratio[il]) {
+            check_window(k.comp_kv, L.comp_state.kv);
+            upload(L.comp_state.kv.data(), k.comp_kv.get(), k.comp_kv.bytes(), s_);
+            upload(L.comp_state.score.data(), k.comp_score.get(), k.comp_score.bytes(), s_);
+            check_window(k.idx_kv, L.idx_state.kv);
+            upload(L.idx_state.kv.data(), k.idx_kv.get(), k.idx_kv.bytes(), s_);
+            upload(L.idx_state.score.data(), k.idx_score.get(), k.idx_score.bytes(), s_);
+        }
+        DS4_CUDA_CHECK(cudaStreamSynchronize(s_));  // `raw` is reused
+    }
 }
 
 size_t CudaOps::kv_bytes() const {

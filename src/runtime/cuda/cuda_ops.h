@@ -76,6 +76,10 @@ class CudaOps final : public Ops {
     std::shared_ptr<const BackendState> save_tail() const override;
     void rewind(const BackendState &tail) override;
     size_t kv_bytes() const override;
+    // The state as the CPU backend's bytes (runtime/kv_cache_io.h): the device state copied to a
+    // host KvCache and back, so that a checkpoint of either backend loads into the other.
+    void write_state(std::ostream &out) const override;
+    void read_state(std::istream &in, int64_t n_past) override;
 
     // The attention state of one layer (docs/MODEL.md 8.1), rows as f32 values (of their f16
     // rounding when the session rounds rows). How many rows are in use follows from the
