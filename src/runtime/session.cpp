@@ -146,7 +146,9 @@ size_t Session::rewind_point(size_t n) const {
 
 size_t Session::rewind(size_t n) {
     const size_t p = rewind_point(n);
-    if (p == tokens_.size()) return p;
+    // Back to the start always restores it: after an evaluation that failed half-way the
+    // attention state may hold more than the tokens say.
+    if (p == tokens_.size() && p != 0) return p;
     const RewindPoint &point = mark_ && mark_->first == p ? mark_->second : points_.at(p);
     ops_->rewind(*point.tail);
     logits_ = point.logits;

@@ -132,7 +132,8 @@ class Session {
     // the session keeps one at position 0, the periodic ones of SessionOptions::rewind_interval,
     // and the one mark_rewind_point() sets. rewind_point(n) is the longest prefix of at most n
     // tokens it can return to (n itself for n >= tokens().size()); rewind(n) returns there,
-    // drops the points after it, and returns its length: the state, logits and tokens are then
+    // drops the points after it, and returns its length (rewind(0) restores the start whatever
+    // the state, also after an eval that threw): the state, logits and tokens are then
     // exactly those the session had at that length (the tokens after it are evaluated again by
     // the caller, with the same bits as a session that never went further). restore() and
     // read_state() keep only the point at 0 (the others belong to another history).
