@@ -63,4 +63,26 @@ void check_expert_matvec(GgmlType type, const std::vector<uint8_t> &w, int64_t n
     }
 }
 
+// A pair launch (the routed gate and up of one input: pair(ids, n_ids, x, ya, yb)) against two
+// single launches (single(0 or 1, ids, n_ids, x, y)): every output bit for bit, outputs poisoned.
+template <class Single, class Pair>
+void check_expert_pair(int64_t n_rows, int64_t k, uint64_t seed, Single &&single, Pair &&pair) {
+    const std::vector<int32_t> ids = {3, 0, 8, 3, 5, 1};
+    const int n = int(ids.size());
+    const DeviceQ8_K a = quantize_q8_K_on_device(random_floats(k, seed, 2.0f));
+    const DeviceBuffer dids = to_device(ids);
+    const size_t count = size_t(n) * size_t(n_rows);
+    auto poisoned = [&] { return to_device(poison_floats(int64_t(count))); };
+    DeviceBuffer want_a = poisoned(), want_b = poisoned(), got_a = poisoned(), got_b = poisoned();
+    single(0, dids.as<int32_t>(), n, a.view(), want_a.as<float>());
+    single(1, dids.as<int32_t>(), n, a.view(), want_b.as<float>());
+    pair(dids.as<int32_t>(), n, a.view(), got_a.as<float>(), got_b.as<float>());
+    DS4_CUDA_CHECK(cudaDeviceSynchronize());
+    for (const auto &[got, want] : {std::pair{&got_a, &want_a}, std::pair{&got_b, &want_b}}) {
+        const auto g = to_host<float>(*got, count), w = to_host<float>(*want, count);
+        for (float v : g) ASSERT_FALSE(std::isnan(v)) << "unwritten output";
+        ASSERT_EQ(std::memcmp(g.data(), w.data(), count * 4), 0) << n_rows << " x " << k;
+    }
+}
+
 }  // namespace ds4::cuda::test

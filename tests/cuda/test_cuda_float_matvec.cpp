@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/float_matvec.h"
+#include "common/error.h"
 #include "cuda_test_util.h"
 #include "quant/quant.h"
 #include "quant/random_blocks.h"
@@ -170,6 +171,78 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaFloatExperts,
                                     std::to_string(info.param.n_rows) + "x" +
                                     std::to_string(info.param.k);
                          });
+
+// Several products of one x in one launch (a decode step's compressor and indexer projections):
+// each output the bits of its own matvec_float launch (itself checked against the CPU above),
+// split matrices among them (their own counters and partial sums), twice in a row (the counters
+// are left zero), outputs poisoned first.
+TEST(CudaFloatMatvecMany, EachOutputIsItsOwnLaunchBitForBit) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    struct Group {
+        GgmlType type;
+        int64_t k;
+        std::vector<int64_t> rows;
+    };
+    // The Flash layout's ratio-4 layer (comp kv, gate, indexer kv, gate, proj), its ratio-128
+    // layer, split-k shapes (few rows of long k), eight products, one alone.
+    for (const Group &g :
+         {Group{GgmlType::F16, 4096, {1024, 1024, 256, 256, 64}},
+          Group{GgmlType::F16, 4096, {512, 512}}, Group{GgmlType::F32, 16384, {24, 4, 300}},
+          Group{GgmlType::BF16, 520, {129, 1, 7, 64, 3, 2, 1000, 5}},
+          Group{GgmlType::F16, 96, {37}}}) {
+        const int n = int(g.rows.size());
+        const auto x = random_floats(g.k, 51 + n, 3.0f);
+        const DeviceBuffer dx = to_device(x);
+        std::vector<DeviceBuffer> weights, outputs;
+        std::vector<FloatProduct> products;
+        size_t one_scratch = 16;
+        for (int j = 0; j < n; ++j) {
+            const int64_t r = g.rows[size_t(j)];
+            weights.push_back(to_device(quant::random_blocks(g.type, r * g.k, 60 + j + r)));
+            outputs.emplace_back(size_t(r) * sizeof(float));
+            const FloatMatrix m{g.type, weights.back().get(), r, g.k};
+            products.push_back({m, outputs.back().as<float>()});
+            one_scratch = std::max(one_scratch, float_matvec_scratch_bytes(m));
+        }
+        DeviceBuffer scratch(one_scratch),
+            many(float_matvec_many_scratch_bytes(products.data(), n));
+        DS4_CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));
+        DS4_CUDA_CHECK(cudaMemset(many.get(), 0, many.bytes()));
+        std::vector<std::vector<float>> want;
+        for (const FloatProduct &p : products) {
+            DeviceBuffer y(size_t(p.w.n_rows) * sizeof(float));
+            DS4_CUDA_CHECK(cudaMemset(y.get(), 0xff, y.bytes()));
+            matvec_float(p.w, dx.as<float>(), y.as<float>(), scratch.get(), nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            want.push_back(to_host<float>(y, size_t(p.w.n_rows)));
+        }
+        for (int run = 0; run < 2; ++run) {
+            for (const DeviceBuffer &y : outputs)
+                DS4_CUDA_CHECK(cudaMemset(y.get(), 0xff, y.bytes()));
+            matvec_float_many(products.data(), n, dx.as<float>(), many.get(), many.bytes(),
+                              nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            for (int j = 0; j < n; ++j) {
+                const auto got = to_host<float>(outputs[size_t(j)], want[size_t(j)].size());
+                for (float v : got) ASSERT_FALSE(std::isnan(v)) << "product " << j << " unwritten";
+                ASSERT_EQ(std::memcmp(got.data(), want[size_t(j)].data(), got.size() * 4), 0)
+                    << ggml_type_name(g.type) << " product " << j << " of " << n << ", run " << run;
+            }
+        }
+    }
+}
+
+TEST(CudaFloatMatvecMany, RejectsMixedShapesAndTooManyProducts) {
+    const FloatMatrix a{GgmlType::F16, nullptr, 8, 64}, b{GgmlType::F16, nullptr, 8, 128},
+        c{GgmlType::F32, nullptr, 8, 64};
+    const FloatProduct mixed_k[] = {{a, nullptr}, {b, nullptr}};
+    const FloatProduct mixed_type[] = {{a, nullptr}, {c, nullptr}};
+    EXPECT_THROW(float_matvec_many_scratch_bytes(mixed_k, 2), ds4::Error);
+    EXPECT_THROW(float_matvec_many_scratch_bytes(mixed_type, 2), ds4::Error);
+    std::vector<FloatProduct> nine(size_t(kMaxFloatProducts) + 1, FloatProduct{a, nullptr});
+    EXPECT_THROW(float_matvec_many_scratch_bytes(nine.data(), int(nine.size())), ds4::Error);
+    EXPECT_THROW(float_matvec_many_scratch_bytes(nine.data(), 0), ds4::Error);
+}
 
 }  // namespace
 }  // namespace ds4::cuda

@@ -91,6 +91,54 @@ TEST(CudaHc, MixCombineEqualsMixThenCombineBitForBit) {
     }
 }
 
+// The decode step's fork (cuda_ops.cpp hc_pre): pre, post and x on one stream, comb on another,
+// equal the whole launch bit for bit, and each part leaves the other's outputs unwritten.
+TEST(CudaHc, MixPartsOnTwoStreamsEqualTheWholeLaunchBitForBit) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int64_t kE = 4096 + 3;
+    cudaStream_t side = nullptr;
+    DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    for (int kN : {1, 2, 4, 5}) {
+        const int kMix = 2 * kN + kN * kN;
+        for (uint64_t seed = 1; seed <= 4; ++seed) {
+            const auto mt = random_floats(size_t(kMix), 700 + seed, 4.0f),
+                       base = random_floats(size_t(kMix), 800 + seed, 1.0f),
+                       X = random_floats(size_t(kN * kE), 900 + seed, 10.0f);
+            const std::vector<float> scale = {0.7f, 1.3f, 2.1f};
+            const DeviceBuffer dm = to_device(mt), ds = to_device(scale), db = to_device(base),
+                               dX = to_device(X);
+            auto run = [&](std::initializer_list<HcMixParts> parts) {
+                DeviceBuffer mix = to_device(std::vector<float>(size_t(kMix), NAN)),
+                             x = to_device(std::vector<float>(size_t(kE), NAN));
+                float *pre = mix.as<float>(), *post = pre + kN, *comb = post + kN;
+                for (HcMixParts p : parts)
+                    hc_mix_combine(dm.as<float>(), ds.as<float>(), db.as<float>(), kN, 20, 1e-6f,
+                                   pre, post, comb, dX.as<float>(), kE, x.as<float>(),
+                                   p == HcMixParts::CombOnly ? side : nullptr, 1, p);
+                DS4_CUDA_CHECK(cudaDeviceSynchronize());
+                std::vector<float> out = to_host<float>(mix, size_t(kMix));
+                const auto xs = to_host<float>(x, size_t(kE));
+                out.insert(out.end(), xs.begin(), xs.end());
+                return out;
+            };
+            const auto want = run({HcMixParts::All});
+            const auto got = run({HcMixParts::WithoutComb, HcMixParts::CombOnly});
+            for (float v : got) ASSERT_FALSE(std::isnan(v)) << "unwritten output, n " << kN;
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+                << "n " << kN << " seed " << seed;
+            // Each part alone: its outputs are the whole launch's, the others stay unwritten.
+            const auto head = run({HcMixParts::WithoutComb}), tail = run({HcMixParts::CombOnly});
+            for (size_t i = 0; i < got.size(); ++i) {
+                const bool comb = i >= size_t(2 * kN) && i < size_t(kMix);
+                const float h = head[i], t = tail[i];
+                ASSERT_TRUE(comb ? std::isnan(h) : std::memcmp(&h, &want[i], 4) == 0) << i;
+                ASSERT_TRUE(comb ? std::memcmp(&t, &want[i], 4) == 0 : std::isnan(t)) << i;
+            }
+        }
+    }
+    DS4_CUDA_CHECK(cudaStreamDestroy(side));
+}
+
 TEST(CudaHc, CombineAndPostBitForBit) {
     DS4_REQUIRE_CUDA_DEVICE();
     constexpr int kN = 4;

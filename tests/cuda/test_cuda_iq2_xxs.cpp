@@ -96,5 +96,24 @@ TEST(CudaIq2xxs, ExpertMatvecEqualsCpuWithinReassociationBound) {
         }
 }
 
+// The routed gate and up in one launch: each output the bits of its own launch.
+TEST(CudaIq2xxs, GateAndUpInOneLaunchAreTheirOwnLaunchesBits) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    for (const auto &[n_rows, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {37, 768}}) {
+        constexpr int64_t kExperts = 9;
+        const auto wa = quant::random_blocks(GgmlType::IQ2_XXS, kExperts * n_rows * k, 71 + k);
+        const auto wb = quant::random_blocks(GgmlType::IQ2_XXS, kExperts * n_rows * k, 73 + k);
+        const Iq2xxsWeights da(wa.data(), n_rows, k, kExperts), db(wb.data(), n_rows, k, kExperts);
+        test::check_expert_pair(
+            n_rows, k, 79,
+            [&](int which, const int32_t *ids, int n, const Q8_KActivation &x, float *y) {
+                matvec_iq2_xxs((which ? db : da).experts(), ids, n, x, y, nullptr);
+            },
+            [&](const int32_t *ids, int n, const Q8_KActivation &x, float *ya, float *yb) {
+                matvec_iq2_xxs_pair(da.experts(), db.experts(), ids, n, x, ya, yb, nullptr);
+            });
+    }
+}
+
 }  // namespace
 }  // namespace ds4::cuda

@@ -60,5 +60,24 @@ TEST(CudaQ4K, ExpertMatvecEqualsCpuWithinReassociationBound) {
         }
 }
 
+// The routed gate and up of the q4 files in one launch: each output the bits of its own launch.
+TEST(CudaQ4K, GateAndUpInOneLaunchAreTheirOwnLaunchesBits) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    for (const auto &[n_rows, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {37, 768}}) {
+        constexpr int64_t kExperts = 9;
+        const auto wa = quant::random_blocks(GgmlType::Q4_K, kExperts * n_rows * k, 81 + k);
+        const auto wb = quant::random_blocks(GgmlType::Q4_K, kExperts * n_rows * k, 83 + k);
+        const Q4KWeights da(wa.data(), n_rows, k, kExperts), db(wb.data(), n_rows, k, kExperts);
+        test::check_expert_pair(
+            n_rows, k, 89,
+            [&](int which, const int32_t *ids, int n, const Q8_KActivation &x, float *y) {
+                matvec_q4_K((which ? db : da).experts(), ids, n, x, y, nullptr);
+            },
+            [&](const int32_t *ids, int n, const Q8_KActivation &x, float *ya, float *yb) {
+                matvec_q4_K_pair(da.experts(), db.experts(), ids, n, x, ya, yb, nullptr);
+            });
+    }
+}
+
 }  // namespace
 }  // namespace ds4::cuda

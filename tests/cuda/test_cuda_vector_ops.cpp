@@ -129,6 +129,39 @@ TEST(CudaVectorOps, RopeTailWithinOneUlp) {
             }
 }
 
+// The attention output's last rotation with its Q8_0 quantization in the same launch: the heads
+// and the codes and scales of rope_tail then quantize_q8_0_activation, bit for bit.
+TEST(CudaVectorOps, RopeTailQ8_0EqualsRopeThenQuantize) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    const auto yarn = backend::cpu::RopeFreqs::yarn(64, 160000.0, 16.0, 65536.0, 32.0, 1.0);
+    constexpr int64_t kHeads = 64, kDim = 512, kN = kHeads * kDim;
+    const DeviceBuffer df = to_device(yarn.f);
+    for (const int64_t p : {int64_t(0), int64_t(2047), int64_t(1) << 20})
+        for (const bool inverse : {false, true}) {
+            auto x = random_floats(kN, 31 + p, 2.0f);
+            x[5 * kDim + 500] = 40.0f;  // a block's largest value in the rotated tail
+            const DeviceBuffer dp = to_device(std::vector<int64_t>{p});
+            DeviceBuffer want = to_device(x), got = to_device(x), wq(kN), wd(kN / 32 * 4), gq(kN),
+                         gd(kN / 32 * 4);
+            DS4_CUDA_CHECK(cudaMemset(gq.get(), 0x5a, gq.bytes()));
+            DS4_CUDA_CHECK(cudaMemset(gd.get(), 0xff, gd.bytes()));
+            rope_tail(want.as<float>(), kHeads, kDim, df.as<double>(), int64_t(yarn.f.size()),
+                      dp.as<int64_t>(), inverse, nullptr);
+            quantize_q8_0_activation(want.as<float>(), kN, wq.as<int8_t>(), wd.as<float>(),
+                                     nullptr);
+            rope_tail_q8_0(got.as<float>(), kHeads, kDim, df.as<double>(), int64_t(yarn.f.size()),
+                           dp.as<int64_t>(), inverse, gq.as<int8_t>(), gd.as<float>(), nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            auto bytes = [](const DeviceBuffer &b) { return to_host<uint8_t>(b, b.bytes()); };
+            EXPECT_EQ(bytes(got), bytes(want)) << "p " << p << " inverse " << inverse;
+            EXPECT_EQ(bytes(gq), bytes(wq)) << "p " << p << " inverse " << inverse;
+            EXPECT_EQ(bytes(gd), bytes(wd)) << "p " << p << " inverse " << inverse;
+            if (p > 0) {
+                EXPECT_NE(bytes(got), bytes(to_device(x))) << "nothing rotated";
+            }
+        }
+}
+
 TEST(CudaVectorOps, Fp8SimBitForBit) {
     DS4_REQUIRE_CUDA_DEVICE();
     constexpr int64_t kRows = 7, kN = 448;  // 7 blocks of 64 per row; then a short last block

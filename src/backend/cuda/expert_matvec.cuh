@@ -46,6 +46,15 @@ namespace ds4::cuda::expert_matvec {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32, kQK = 256, kPieceBytes = 16;
 
+// A second tensor of the same shape and format for the same slots (the routed gate and up):
+// one launch of 2 n_ids slots, each output the bits of its own launch (a row's sum does not
+// depend on the grid). wq null: none.
+struct Second {
+    const uint8_t *wq = nullptr, *wscales = nullptr;
+    float *y = nullptr;
+    int64_t n_ids = 0;
+};
+
 // At most 80 registers a thread, so that 3 blocks fit on a multiprocessor (kTargetBlocks; the
 // IQ2_XXS tables allow 3).
 template <class Format, int R>
@@ -53,12 +62,21 @@ __global__ void __launch_bounds__(kThreads, 3)
     kernel(const uint8_t *__restrict__ wq, const uint8_t *__restrict__ wscales, int64_t n_rows,
            int64_t k, const int32_t *__restrict__ ids, bool x_per_slot,
            const int8_t *__restrict__ xq, const float *__restrict__ xd,
-           const int16_t *__restrict__ xbsums, float *__restrict__ y) {
+           const int16_t *__restrict__ xbsums, float *__restrict__ y, Second second) {
     dev::wait_for_previous_kernels();
+    // The slot of blockIdx.y, and with a second tensor the slots after the first's n_ids are
+    // its own (the same ids, x, rows and k).
+    int64_t slot = blockIdx.y;
+    if (second.wq && slot >= second.n_ids) {
+        slot -= second.n_ids;
+        wq = second.wq;
+        wscales = second.wscales;
+        y = second.y;
+    }
     if (x_per_slot) {
-        xq += int64_t(blockIdx.y) * k;
-        xd += int64_t(blockIdx.y) * (k / kQK);
-        xbsums += int64_t(blockIdx.y) * (k / 16);
+        xq += slot * k;
+        xd += slot * (k / kQK);
+        xbsums += slot * (k / 16);
     }
     extern __shared__ int4 smem[];  // [lookup tables][k int8 activations]
     uint8_t *tables = reinterpret_cast<uint8_t *>(smem);
@@ -69,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     __syncthreads();
     const int8_t *sx = reinterpret_cast<const int8_t *>(sx4);
 
-    const int64_t expert = ids[blockIdx.y];
+    const int64_t expert = ids[slot];
     const int64_t nb = k / kQK, row_bytes = nb * Format::kPieces * kPieceBytes;
     const int64_t pieces = nb * Format::kPieces;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -131,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, 3)
             float v = acc[r];
             for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
             if (lane == 0 && row0 + r < n_rows)
-                y[int64_t(blockIdx.y) * n_rows + row0 + r] = Format::kOutputScale * v;
+                y[slot * n_rows + row0 + r] = Format::kOutputScale * v;
         }
     }
 }
@@ -152,9 +170,9 @@ void prepare() {
 template <class Format, int R>
 void launch_rows(dim3 grid, size_t smem, const uint8_t *wq, const uint8_t *wscales, int64_t n_rows,
                  int64_t k, const int32_t *ids, bool x_per_slot, const int8_t *xq, const float *xd,
-                 const int16_t *xbsums, float *y, cudaStream_t stream) {
+                 const int16_t *xbsums, float *y, const Second &second, cudaStream_t stream) {
     launch_kernel(kernel<Format, R>, grid, kThreads, smem, stream, wq, wscales, n_rows, k, ids,
-                  x_per_slot, xq, xd, xbsums, y);
+                  x_per_slot, xq, xd, xbsums, y, second);
 }
 
 // Up to four rows per warp while there are ~3 row groups per multiprocessor of an H200 (132);
@@ -163,8 +181,9 @@ void launch_rows(dim3 grid, size_t smem, const uint8_t *wq, const uint8_t *wscal
 template <class Format>
 void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k,
             const int32_t *ids, int n_ids, bool x_per_slot, const int8_t *xq, const float *xd,
-            const int16_t *xbsums, float *y, cudaStream_t stream) {
+            const int16_t *xbsums, float *y, cudaStream_t stream, const Second &second = {}) {
     constexpr int64_t kTargetBlocks = 3 * 132;
+    if (second.wq) n_ids = int(2 * second.n_ids);  // the two tensors' slots
     const int64_t warp_rows = (n_rows + kWarps - 1) / kWarps * n_ids;
     const int r = warp_rows >= 4 * kTargetBlocks ? 4 : warp_rows >= 2 * kTargetBlocks ? 2 : 1;
     const int64_t groups = (n_rows + kWarps * r - 1) / (kWarps * r);
@@ -173,13 +192,13 @@ void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k
     const size_t smem = size_t(Format::kTableBytes) + size_t(k);
     if (r == 4)
         launch_rows<Format, 4>(grid, smem, wq, wscales, n_rows, k, ids, x_per_slot, xq, xd, xbsums,
-                               y, stream);
+                               y, second, stream);
     else if (r == 2)
         launch_rows<Format, 2>(grid, smem, wq, wscales, n_rows, k, ids, x_per_slot, xq, xd, xbsums,
-                               y, stream);
+                               y, second, stream);
     else
         launch_rows<Format, 1>(grid, smem, wq, wscales, n_rows, k, ids, x_per_slot, xq, xd, xbsums,
-                               y, stream);
+                               y, second, stream);
 }
 
 }  // namespace ds4::cuda::expert_matvec

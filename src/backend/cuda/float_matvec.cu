@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/float_matvec.h"
@@ -70,21 +71,24 @@ struct Weights8<GgmlType::BF16> {
 // each thread takes the same k positions of R rows, so each x value is converted to double once
 // for R rows (the conversions, a quarter of the double rate, are the batch's cost); a row's
 // terms and order do not depend on R.
+//
+// The block's coordinates are arguments (bx: its row group, by of split: its part of k, bz: its
+// slots, n_bx: the row groups) so that matvec_float_many_kernel runs the same blocks for several
+// matrices in one grid.
 template <GgmlType T, int TPR, int NT, int R>
-__global__ void __launch_bounds__(kThreads)
-    matvec_float_kernel(const void *__restrict__ w, int64_t n_rows, int64_t k, int64_t span,
-                        const int32_t *__restrict__ ids, bool x_per_slot, int64_t n_slots,
-                        const float *__restrict__ x, float *__restrict__ y,
-                        double *__restrict__ partial, unsigned *__restrict__ counters) {
-    dev::wait_for_previous_kernels();
+__device__ __forceinline__ void matvec_float_block(
+    const void *__restrict__ w, int64_t n_rows, int64_t k, int64_t span,
+    const int32_t *__restrict__ ids, bool x_per_slot, int64_t n_slots, const float *__restrict__ x,
+    float *__restrict__ y, double *__restrict__ partial, unsigned *__restrict__ counters,
+    int64_t bx, unsigned by, unsigned split, int64_t bz, int64_t n_bx) {
     constexpr int kGroups = kThreads / TPR, kWarpsPerGroup = TPR / kWarp;
     __shared__ double sums[NT][R][kGroups][kWarpsPerGroup];
     const int group = threadIdx.x / TPR, t = threadIdx.x % TPR, lane = threadIdx.x % kWarp;
-    const int64_t row0 = (int64_t(blockIdx.x) * kGroups + group) * R;
-    const int64_t slot0 = int64_t(blockIdx.z) * NT;
+    const int64_t row0 = (bx * kGroups + group) * R;
+    const int64_t slot0 = bz * NT;
     // the block's slots (a one-slot block always has its slot: the grid has no spare blocks)
     const int ns = NT == 1 ? 1 : int(min(int64_t(NT), n_slots - slot0));
-    const int64_t begin = int64_t(blockIdx.y) * span, end = min(k, begin + span);
+    const int64_t begin = int64_t(by) * span, end = min(k, begin + span);
     const int64_t first_row = ids ? int64_t(ids[slot0]) * n_rows : 0;
     const void *wrow[R];
 #pragma unroll
@@ -136,21 +140,21 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
                 for (int i = 0; i < kWarpsPerGroup; ++i) v += sums[j][r][group][i];
                 const int64_t slot = slot0 + j;
-                if (gridDim.y == 1)
+                if (split == 1)
                     y[slot * n_rows + row] = static_cast<float>(v);
                 else
-                    partial[(slot * n_rows + row) * gridDim.y + blockIdx.y] = v;
+                    partial[(slot * n_rows + row) * split + by] = v;
             }
         }
-    if (gridDim.y == 1) return;
+    if (split == 1) return;
     // Split k: the last block of this row group to arrive adds the partial sums in split order
     // (the threadfence reduction pattern: each block's partials are visible device-wide before
     // its arrival is counted). The counter is reset for the next launch.
     __shared__ bool last;
     __threadfence();
     __syncthreads();
-    unsigned *arrived = counters + int64_t(blockIdx.z) * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) last = atomicAdd(arrived, 1u) == gridDim.y - 1;
+    unsigned *arrived = counters + bz * n_bx + bx;
+    if (threadIdx.x == 0) last = atomicAdd(arrived, 1u) == split - 1;
     __syncthreads();
     if (!last) return;
     if (t == 0)
@@ -160,12 +164,50 @@ __global__ void __launch_bounds__(kThreads)
             for (int j = 0; j < ns; ++j) {
                 const int64_t slot = slot0 + j;
                 double v = 0.0;
-                for (unsigned s = 0; s < gridDim.y; ++s)
-                    v += __ldcg(partial + (slot * n_rows + row) * gridDim.y + s);
+                for (unsigned s = 0; s < split; ++s)
+                    v += __ldcg(partial + (slot * n_rows + row) * split + s);
                 y[slot * n_rows + row] = static_cast<float>(v);
             }
         }
     if (threadIdx.x == 0) *arrived = 0;
+}
+
+template <GgmlType T, int TPR, int NT, int R>
+__global__ void __launch_bounds__(kThreads)
+    matvec_float_kernel(const void *__restrict__ w, int64_t n_rows, int64_t k, int64_t span,
+                        const int32_t *__restrict__ ids, bool x_per_slot, int64_t n_slots,
+                        const float *__restrict__ x, float *__restrict__ y,
+                        double *__restrict__ partial, unsigned *__restrict__ counters) {
+    dev::wait_for_previous_kernels();
+    matvec_float_block<T, TPR, NT, R>(w, n_rows, k, span, ids, x_per_slot, n_slots, x, y, partial,
+                                      counters, blockIdx.x, blockIdx.y, gridDim.y, blockIdx.z,
+                                      gridDim.x);
+}
+
+// matvec_float_many: products j = 0..n-1 of one x, each its own grid of matvec_float_kernel's
+// blocks (first_block[j] on), each block what that launch's block (bx, by) computes.
+struct ManyProducts {
+    const void *w[kMaxFloatProducts];
+    float *y[kMaxFloatProducts];
+    double *partial[kMaxFloatProducts];
+    unsigned *counters[kMaxFloatProducts];
+    int64_t n_rows[kMaxFloatProducts], span[kMaxFloatProducts];
+    unsigned split[kMaxFloatProducts], n_bx[kMaxFloatProducts];
+    unsigned first_block[kMaxFloatProducts + 1];
+    int n;
+};
+
+template <GgmlType T, int TPR>
+__global__ void __launch_bounds__(kThreads)
+    matvec_float_many_kernel(const __grid_constant__ ManyProducts p, int64_t k,
+                             const float *__restrict__ x) {
+    dev::wait_for_previous_kernels();
+    int j = 0;
+    while (j + 1 < p.n && blockIdx.x >= p.first_block[j + 1]) ++j;
+    const unsigned local = blockIdx.x - p.first_block[j];
+    matvec_float_block<T, TPR, 1, 1>(p.w[j], p.n_rows[j], k, p.span[j], nullptr, false, 1, x,
+                                     p.y[j], p.partial[j], p.counters[j], local % p.n_bx[j],
+                                     local / p.n_bx[j], p.split[j], 0, p.n_bx[j]);
 }
 
 struct Plan {
@@ -304,6 +346,78 @@ void matvec_float_experts(const FloatMatrix &w, const int32_t *ids, int n_ids, c
     if (n_ids <= 0 || w.n_rows == 0) return;
     if (n_ids > 65535) throw ds4::Error("matvec_float_experts: at most 65535 slots");
     run_with_scratch(w, plan(w, n_ids), Slots{ids, n_ids, x_per_slot}, x, y, scratch, stream);
+}
+
+namespace {
+
+void check_many(const FloatProduct *products, int n) {
+    if (n < 1 || n > kMaxFloatProducts)
+        throw ds4::Error("matvec_float_many: 1 to " + std::to_string(kMaxFloatProducts) +
+                         " products, not " + std::to_string(n));
+    for (int j = 0; j < n; ++j)
+        if (products[j].w.type != products[0].w.type || products[j].w.k != products[0].w.k)
+            throw ds4::Error("matvec_float_many: products of one weight format and row length");
+}
+
+}  // namespace
+
+size_t float_matvec_many_scratch_bytes(const FloatProduct *products, int n) {
+    check_many(products, n);
+    size_t bytes = 0;
+    for (int j = 0; j < n; ++j) bytes += scratch_bytes(products[j].w, plan(products[j].w), 1);
+    return bytes;
+}
+
+void matvec_float_many(const FloatProduct *products, int n, const float *x, void *scratch,
+                       size_t scratch_bytes_given, cudaStream_t stream) {
+    if (float_matvec_many_scratch_bytes(products, n) > scratch_bytes_given)
+        throw ds4::Error("matvec_float_many: the scratch is smaller than these products need");
+    ManyProducts mp{};
+    mp.n = n;
+    const int tpr = plan(products[0].w).tpr;
+    unsigned blocks = 0;
+    char *free = static_cast<char *>(scratch);
+    for (int j = 0; j < mp.n; ++j) {
+        const FloatMatrix &w = products[j].w;
+        const Plan p = plan(w);  // matvec_float's plan: the same split, the same bits
+        if (p.split > 1 && counter_bytes(w, p, 1) > kFloatMatvecCounterBytes)
+            throw ds4::Error("matvec_float_many: more split row groups than counters");
+        mp.w[j] = w.data;
+        mp.y[j] = products[j].y;
+        mp.n_rows[j] = w.n_rows;
+        mp.span[j] = p.span;
+        mp.split[j] = unsigned(p.split);
+        mp.n_bx[j] = unsigned((w.n_rows + kThreads / tpr - 1) / (kThreads / tpr));
+        mp.first_block[j] = blocks;
+        blocks += mp.n_bx[j] * mp.split[j];
+        if (p.split > 1) {  // its own counters and partial sums (scratch_bytes' layout)
+            mp.counters[j] = reinterpret_cast<unsigned *>(free);
+            mp.partial[j] = reinterpret_cast<double *>(free + kFloatMatvecCounterBytes);
+            free += scratch_bytes(w, p, 1);
+        }
+    }
+    mp.first_block[mp.n] = blocks;
+    if (blocks == 0) return;
+    auto go = [&](auto type) {
+        with_threads_per_row(tpr, [&](auto t) {
+            launch_kernel(matvec_float_many_kernel<decltype(type)::value, decltype(t)::value>,
+                          blocks, kThreads, 0, stream, mp, products[0].w.k, x);
+        });
+    };
+    switch (products[0].w.type) {
+        case GgmlType::F32:
+            go(std::integral_constant<GgmlType, GgmlType::F32>{});
+            break;
+        case GgmlType::F16:
+            go(std::integral_constant<GgmlType, GgmlType::F16>{});
+            break;
+        case GgmlType::BF16:
+            go(std::integral_constant<GgmlType, GgmlType::BF16>{});
+            break;
+        default:
+            throw ds4::Error("matvec_float_many takes F32, F16 or BF16 weights");
+    }
+    DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 size_t float_matmul_counter_bytes(const FloatMatrix &w, int64_t m) {

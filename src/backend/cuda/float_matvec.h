@@ -48,6 +48,20 @@ size_t float_matvec_experts_scratch_bytes(const FloatMatrix &w, int n_ids);
 void matvec_float_experts(const FloatMatrix &w, const int32_t *ids, int n_ids, const float *x,
                           bool x_per_slot, float *y, void *scratch, cudaStream_t stream);
 
+// Several products of one activation x (a decode step's compressor and indexer projections of
+// one normed input): one launch, each y the bits matvec_float gives it (each matrix keeps its
+// own plan: the same split of k, the same blocks). At most kMaxFloatProducts, all of one type and
+// k; scratch: at least float_matvec_many_scratch_bytes (the split matrices' counters and partial
+// sums, counters zero before the first launch and left zero).
+constexpr int kMaxFloatProducts = 8;
+struct FloatProduct {
+    FloatMatrix w;
+    float *y = nullptr;
+};
+size_t float_matvec_many_scratch_bytes(const FloatProduct *products, int n);
+void matvec_float_many(const FloatProduct *products, int n, const float *x, void *scratch,
+                       size_t scratch_bytes, cudaStream_t stream);
+
 // A batch's products (prefill): m activation rows X (m x k) into Y (m x n_rows), each output row
 // the bits matvec_float gives its row (every row splits k as one product does); a block takes 8
 // rows, each weight value loaded once for the 8 (and each row's sums formed as one product forms

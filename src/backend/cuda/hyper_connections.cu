@@ -71,13 +71,15 @@ __global__ void hc_mix_kernel(const float *mt, const float *s, const float *b, i
 // CPU's order (no barrier between Sinkhorn passes). The other blocks combine the streams, a value
 // per thread; each computes the pre weights itself (pre does not depend on Sinkhorn), so the
 // combination runs beside the Sinkhorn passes instead of after them. The bits are hc_mix's and
-// hc_combine's.
+// hc_combine's. `parts` (HcMixParts): block 0 stops after pre and post (WithoutComb), or the
+// grid is block 0 alone and writes comb only (CombOnly).
 constexpr int kMixCombineThreads = 256;
 
 __global__ void __launch_bounds__(kMixCombineThreads)
     hc_mix_combine_kernel(const float *mt, const float *s, const float *b, int n, int iters,
                           float eps, float *pre, float *post, float *comb,
-                          const float *__restrict__ X, int64_t e, float *__restrict__ x) {
+                          const float *__restrict__ X, int64_t e, float *__restrict__ x,
+                          HcMixParts parts) {
     dev::wait_for_previous_kernels();
     const int t = threadIdx.x;
     {  // the token of a batch (hc_mix_combine's n_tokens)
@@ -99,10 +101,13 @@ __global__ void __launch_bounds__(kMixCombineThreads)
     if (t >= 32) return;
     const int nn = n * n, i = t / n, j = t % n;
     const bool mine = t < nn;
-    if (t < n)
-        pre[t] = pre_weight(mt, s, b, t, eps);
-    else if (t < 2 * n)
-        post[t - n] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mt[t], s[1]), b[t])));
+    if (parts != HcMixParts::CombOnly) {
+        if (t < n)
+            pre[t] = pre_weight(mt, s, b, t, eps);
+        else if (t < 2 * n)
+            post[t - n] = __fmul_rn(2.0f, sigmoid(__fadd_rn(__fmul_rn(mt[t], s[1]), b[t])));
+    }
+    if (parts == HcMixParts::WithoutComb) return;
     // Row i's softmax over its lanes: the max, then e_j and their sum in the order of j.
     const float l = mine ? __fadd_rn(__fmul_rn(mt[2 * n + t], s[2]), b[2 * n + t]) : 0.0f;
     const int row0 = mine ? i * n : 0;
@@ -189,10 +194,14 @@ void hc_mix(const float *mixes, const float *scale, const float *base, int n, in
 
 void hc_mix_combine(const float *mixes, const float *scale, const float *base, int n,
                     int sinkhorn_iters, float eps, float *pre, float *post, float *comb,
-                    const float *X, int64_t e, float *x, cudaStream_t stream, int n_tokens) {
+                    const float *X, int64_t e, float *x, cudaStream_t stream, int n_tokens,
+                    HcMixParts parts) {
     check_streams(n);
     check_tokens(n_tokens);
-    if (n * n > 32) {  // more entries than a warp's lanes: the two kernels, token by token
+    if (!hc_mix_parts_split(
+            n)) {  // more entries than a warp's lanes: the two kernels, token by token
+        if (parts != HcMixParts::All)
+            throw ds4::Error("hc_mix_combine: split parts need at most 32 entries of comb");
         const int64_t n_mix = 2 * n + n * n;
         for (int64_t t = 0; t < n_tokens; ++t) {
             const int64_t o = t * n_mix;
@@ -202,10 +211,12 @@ void hc_mix_combine(const float *mixes, const float *scale, const float *base, i
         }
         return;
     }
-    const unsigned combine_blocks = unsigned((e + kMixCombineThreads - 1) / kMixCombineThreads);
+    const unsigned combine_blocks =
+        parts == HcMixParts::CombOnly ? 0
+                                      : unsigned((e + kMixCombineThreads - 1) / kMixCombineThreads);
     launch_kernel(hc_mix_combine_kernel, dim3(1 + combine_blocks, unsigned(n_tokens)),
-                  kMixCombineThreads, 0, stream, mixes, scale, base, n, sinkhorn_iters, eps, pre,
-                  post, comb, X, e, x);
+                  parts == HcMixParts::CombOnly ? 32 : kMixCombineThreads, 0, stream, mixes, scale,
+                  base, n, sinkhorn_iters, eps, pre, post, comb, X, e, x, parts);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

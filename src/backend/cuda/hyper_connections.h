@@ -26,13 +26,25 @@ void hc_mix(const float *mixes, const float *scale, const float *base, int n, in
 void hc_head_weights(const float *mixes, const float *scale, const float *base, int n, float eps,
                      float *w, cudaStream_t stream);
 
+// What a hc_mix_combine launch writes: everything, or (a decode step's fork) pre, post and x
+// without the Sinkhorn passes on one stream and comb alone on another, so that the passes (a
+// warp's ~40 dependent divisions, the launch's whole length) run beside the sublayer, which
+// needs only x; comb is first read by hc_post. Each part computes its outputs as the whole
+// launch does, bit for bit.
+enum class HcMixParts { All, WithoutComb, CombOnly };
+
 // hc_mix then hc_combine(pre, X, n, e, x), one launch when n^2 <= 32 (a warp's lanes hold
 // comb; the Sinkhorn sums are shuffles), the two kernels otherwise: the same bits either way.
 // n_tokens > 1: that many tokens at once, token t's mixes, pre, post and comb at + t (2 n + n^2),
 // its X at + t n e and its x at + t e (a batch's mix buffers, runtime/ops.h hc_pre).
+// parts other than All need n^2 <= 32 (hc_mix_parts_split says whether a model has it).
 void hc_mix_combine(const float *mixes, const float *scale, const float *base, int n,
                     int sinkhorn_iters, float eps, float *pre, float *post, float *comb,
-                    const float *X, int64_t e, float *x, cudaStream_t stream, int n_tokens = 1);
+                    const float *X, int64_t e, float *x, cudaStream_t stream, int n_tokens = 1,
+                    HcMixParts parts = HcMixParts::All);
+inline bool hc_mix_parts_split(int n) {
+    return n * n <= 32;
+}
 
 // X: n streams of e values; x: e values.
 void hc_combine(const float *pre, const float *X, int n, int64_t e, float *x, cudaStream_t stream);

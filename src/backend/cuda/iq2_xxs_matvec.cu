@@ -247,6 +247,18 @@ void matvec_iq2_xxs(const Iq2xxsExperts &w, const int32_t *ids, int n_ids, const
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
+void matvec_iq2_xxs_pair(const Iq2xxsExperts &a, const Iq2xxsExperts &b, const int32_t *ids,
+                         int n_ids, const Q8_KActivation &x, float *ya, float *yb,
+                         cudaStream_t stream) {
+    if (a.n_rows != b.n_rows || a.k != b.k || a.n_experts != b.n_experts)
+        throw ds4::Error("matvec_iq2_xxs_pair: two tensors of one shape");
+    if (n_ids <= 0 || a.n_rows == 0) return;
+    const expert_matvec::Second second{b.qs, reinterpret_cast<const uint8_t *>(b.d), yb, n_ids};
+    expert_matvec::launch<Iq2xxsFormat>(a.qs, reinterpret_cast<const uint8_t *>(a.d), a.n_rows, a.k,
+                                        ids, n_ids, false, x.q, x.d, x.bsums, ya, stream, second);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
 void matmul_iq2_xxs_grouped(const Iq2xxsExperts &w, const ExpertGroups &groups,
                             const Q8_KActivation &x, float *y, cudaStream_t stream) {
     if (w.n_rows == 0) return;

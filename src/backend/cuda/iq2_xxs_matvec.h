@@ -52,6 +52,12 @@ class Iq2xxsWeights {
 void matvec_iq2_xxs(const Iq2xxsExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
                     float *y, cudaStream_t stream, bool x_per_slot = false);
 
+// matvec_iq2_xxs of two tensors of one shape with the same ids and x (the routed gate and up)
+// in one launch: ya from a, yb from b, each the bits of its own launch.
+void matvec_iq2_xxs_pair(const Iq2xxsExperts &a, const Iq2xxsExperts &b, const int32_t *ids,
+                         int n_ids, const Q8_KActivation &x, float *ya, float *yb,
+                         cudaStream_t stream);
+
 // A prefill chunk's pairs grouped by expert (expert_groups.h, expert_matmul.cuh): y[p * n_rows + r]
 // is row r of pair p's expert times the pair's activation row, the bits matvec_iq2_xxs gives it.
 void matmul_iq2_xxs_grouped(const Iq2xxsExperts &w, const ExpertGroups &groups,

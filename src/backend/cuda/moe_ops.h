@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/q8_k_quantize.h"
+
 namespace ds4::cuda {
 
 struct RouteDeviceParams {
@@ -32,10 +34,27 @@ struct RouteDeviceParams {
 void route_experts(const float *logits, const RouteDeviceParams &p, int32_t *experts,
                    float *weights, cudaStream_t stream, int n_tokens = 1);
 
+// route_experts of one token, and its input x (k values, a multiple of 256) quantized to Q8_K in
+// the same launch (quantize_q8_K_activation's bits): the decode step's routed experts' inputs.
+void route_experts_q8_K(const float *logits, const RouteDeviceParams &p, int32_t *experts,
+                        float *weights, const float *x, int64_t k, const Q8_KActivation &xk,
+                        cudaStream_t stream);
+
 // out[i][j] = silu(min(g, c)) * clamp(u, -c, c) * weights[i] for slot i < n_slots, j < n
 // (no clamp when c <= 1e-6; weights may be null: 1). g, u, out: [n_slots][n].
 void swiglu_slots(const float *g, const float *u, int n_slots, int64_t n, float clamp,
                   const float *weights, float *out, cudaStream_t stream);
+
+// swiglu_slots, and out quantized in the same launch as the next product needs it: to Q8_0
+// (xq: total int8, xd: total / 32 scales; q8_0_matvec.h quantize_q8_0_activation's bits) or to
+// Q8_K (q8_k_quantize.h quantize_q8_K_activation's bits). False, and nothing launched, where
+// n_slots n is not a multiple of the format's block (32, 256): then quantize separately.
+bool swiglu_slots_q8_0(const float *g, const float *u, int n_slots, int64_t n, float clamp,
+                       const float *weights, float *out, int8_t *xq, float *xd,
+                       cudaStream_t stream);
+bool swiglu_slots_q8_K(const float *g, const float *u, int n_slots, int64_t n, float clamp,
+                       const float *weights, float *out, const Q8_KActivation &x,
+                       cudaStream_t stream);
 
 // y[j] = ((o[0][j] + o[1][j]) + ...) + shared[j] (shared may be null); n_tokens such sums, token
 // t's at o + t n_slots n, shared + t n and y + t n.

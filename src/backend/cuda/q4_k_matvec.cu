@@ -157,6 +157,17 @@ void matvec_q4_K(const Q4KExperts &w, const int32_t *ids, int n_ids, const Q8_KA
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
+void matvec_q4_K_pair(const Q4KExperts &a, const Q4KExperts &b, const int32_t *ids, int n_ids,
+                      const Q8_KActivation &x, float *ya, float *yb, cudaStream_t stream) {
+    if (a.n_rows != b.n_rows || a.k != b.k || a.n_experts != b.n_experts)
+        throw ds4::Error("matvec_q4_K_pair: two tensors of one shape");
+    if (n_ids <= 0 || a.n_rows == 0) return;
+    const expert_matvec::Second second{b.qs, b.headers, yb, n_ids};
+    expert_matvec::launch<Q4KFormat>(a.qs, a.headers, a.n_rows, a.k, ids, n_ids, false, x.q, x.d,
+                                     x.bsums, ya, stream, second);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
 void matmul_q4_K_grouped(const Q4KExperts &w, const ExpertGroups &groups, const Q8_KActivation &x,
                          float *y, cudaStream_t stream) {
     if (w.n_rows == 0) return;

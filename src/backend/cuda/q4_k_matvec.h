@@ -45,6 +45,10 @@ class Q4KWeights {
 // As matvec_q2_K (q2_k_matvec.h).
 void matvec_q4_K(const Q4KExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
                  float *y, cudaStream_t stream, bool x_per_slot = false);
+// matvec_q4_K of two tensors of one shape with the same ids and x (the routed gate and up of the
+// q4 files) in one launch, each output the bits of its own launch.
+void matvec_q4_K_pair(const Q4KExperts &a, const Q4KExperts &b, const int32_t *ids, int n_ids,
+                      const Q8_KActivation &x, float *ya, float *yb, cudaStream_t stream);
 
 // A prefill chunk's pairs grouped by expert (expert_groups.h, expert_matmul.cuh): y[p * n_rows + r]
 // is row r of pair p's expert times the pair's activation row, the bits matvec_q4_K gives it.

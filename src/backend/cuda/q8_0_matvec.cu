@@ -7,6 +7,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/q8_0_matmul.h"
 #include "backend/cuda/q8_0_matvec.h"
+#include "backend/cuda/quantize_block.cuh"
 #include "backend/cuda/row_device.cuh"
 #include "common/error.h"
 #include "quant/blocks.h"
@@ -27,15 +28,8 @@ __global__ void quantize_q8_0_activation_kernel(const float *__restrict__ x, int
                                                 int8_t *__restrict__ xq, float *__restrict__ xd) {
     dev::wait_for_previous_kernels();
     const int64_t b = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-    const int lane = threadIdx.x % kWarp;
-    if (b >= n_blocks) return;
-    const float v = x[b * kBlock + lane];
-    float amax = fabsf(v);  // fmaxf ignores a NaN operand, as the CPU's std::fmax does
-    for (int off = kWarp / 2; off > 0; off /= 2)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const float d = amax / 127.0f;
-    xq[b * kBlock + lane] = static_cast<int8_t>(dev::q8_0_code(v, d));
-    if (lane == 0) xd[b] = __half2float(__float2half_rn(d));
+    if (b >= n_blocks) return;  // the warp agrees
+    dev::quantize_q8_0_lane(x[b * kBlock + threadIdx.x % kWarp], xq + b * kBlock, xd + b);
 }
 
 __device__ __forceinline__ int dot16(const int4 w, const int4 x) {

@@ -46,5 +46,23 @@ struct RowFinish {
 };
 
 void row_finish(const RowFinish &p, cudaStream_t stream);
+// row_finish(a) and row_finish(b) in one launch (independent rows: the attention's q heads and
+// its KV row), each row the bits of its own launch.
+void row_finish_pair(const RowFinish &a, const RowFinish &b, cudaStream_t stream);
+
+// A decode step's compressor in one launch (a block): the token's push (kv_ops.h
+// compressor_push_step: its rows kv and score, plus ape's row of *phase, into slot slot_base +
+// *phase of the window), then where the window completes (*f.index >= 0) f's pooled row
+// (f.state_kv and f.state_score are the window) and, with shift, the window's shift
+// (compressor_shift_if). The bits of those three launches.
+struct CompressorStep {
+    const float *kv = nullptr, *score = nullptr, *ape = nullptr;
+    int64_t width = 0;
+    const int64_t *phase = nullptr;
+    int64_t slot_base = 0;
+    float *state_kv = nullptr, *state_score = nullptr;
+    bool shift = false;
+};
+void compressor_step(const CompressorStep &c, const RowFinish &f, cudaStream_t stream);
 
 }  // namespace ds4::cuda

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/quantize_block.cuh"
 #include "backend/cuda/row_device.cuh"
 #include "backend/cuda/vector_ops.h"
 #include "common/error.h"
@@ -105,6 +106,33 @@ __global__ void rope_kernel(float *__restrict__ heads, int64_t n_heads, int64_t 
     dev::rope_pair(heads + h * head_dim + head_dim - 2 * n_freq, k, freqs[k], *pos, inverse);
 }
 
+// A thread per value, whole warps per Q8_0 block (head_dim a multiple of 32): the tail's pairs
+// (x[2k], x[2k+1]) are lanes 2k and 2k + 1 of a warp, each computing its half of rope_pair's
+// rotation from the other's value (a shuffle) with rope_pair's operations.
+__global__ void rope_q8_0_kernel(float *__restrict__ heads, int64_t n_values, int64_t head_dim,
+                                 const double *__restrict__ freqs, int64_t n_freq,
+                                 const int64_t *__restrict__ pos, bool inverse,
+                                 int8_t *__restrict__ xq, float *__restrict__ xd) {
+    dev::wait_for_previous_kernels();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n_values) return;  // whole warps: n_values is a multiple of 32
+    const int64_t j = i % head_dim, tail = head_dim - 2 * n_freq;
+    float v = heads[i];
+    const float other = __shfl_xor_sync(0xffffffffu, v, 1);
+    if (j >= tail) {  // the warp's lanes agree pairwise (tail is even)
+        const int64_t k = (j - tail) / 2;
+        const double theta = double(*pos) * freqs[k];
+        const float c = static_cast<float>(cos(theta));
+        const float s = static_cast<float>(inverse ? -sin(theta) : sin(theta));
+        const bool first = (j - tail) % 2 == 0;
+        const float x0 = first ? v : other, x1 = first ? other : v;
+        v = first ? __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s))
+                  : __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        heads[i] = v;
+    }
+    dev::quantize_q8_0_lane(v, xq + i / 32 * 32, xd + i / 32);
+}
+
 __global__ void fp8_kernel(float *x, int64_t n_rows, int64_t n, int64_t block) {
     dev::wait_for_previous_kernels();
     const int64_t blocks_per_row = (n + block - 1) / block;
@@ -175,6 +203,19 @@ void rope_tail(float *heads, int64_t n_heads, int64_t head_dim, const double *fr
     launch_kernel(rope_kernel,
                   dim3(unsigned((total + kThreads - 1) / kThreads), unsigned(n_tokens)), kThreads,
                   0, stream, heads, n_heads, head_dim, freqs, n_freq, pos, inverse, pos_stride);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void rope_tail_q8_0(float *heads, int64_t n_heads, int64_t head_dim, const double *freqs,
+                    int64_t n_freq, const int64_t *pos, bool inverse, int8_t *xq, float *xd,
+                    cudaStream_t stream) {
+    if (2 * n_freq > head_dim || head_dim % 32 != 0)
+        throw ds4::Error(
+            "rope_tail_q8_0: heads of a multiple of 32 values, the rotary ones in them");
+    const int64_t n = n_heads * head_dim;
+    if (n == 0) return;
+    launch_kernel(rope_q8_0_kernel, unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream,
+                  heads, n, head_dim, freqs, n_freq, pos, inverse, xq, xd);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

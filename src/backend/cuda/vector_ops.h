@@ -34,6 +34,14 @@ void rope_tail(float *heads, int64_t n_heads, int64_t head_dim, const double *fr
                const int64_t *pos, bool inverse, cudaStream_t stream, int n_tokens = 1,
                int64_t pos_stride = 0);
 
+// rope_tail of one token's heads, and the heads quantized to Q8_0 in the same launch as one row
+// of n_heads head_dim values (xq: that many int8, xd: a scale per 32; the bits
+// quantize_q8_0_activation gives the rotated heads): the attention output before its grouped
+// projection. head_dim must be a multiple of 32.
+void rope_tail_q8_0(float *heads, int64_t n_heads, int64_t head_dim, const double *freqs,
+                    int64_t n_freq, const int64_t *pos, bool inverse, int8_t *xq, float *xd,
+                    cudaStream_t stream);
+
 // In place over n_rows rows of n values, blocks of `block` within each row (the last shorter).
 void fp8_e4m3_sim(float *x, int64_t n_rows, int64_t n, int64_t block, cudaStream_t stream);
 

@@ -27,6 +27,8 @@ namespace {
 
 constexpr size_t kAlign = 64;      // floats: every buffer starts 256-byte aligned
 constexpr uint64_t kLinearOp = 2;  // linear's id in the step hash (replaying)
+constexpr uint64_t kLinearGroupsOp = 3;
+constexpr uint64_t kMoeRoutedOp = 9;  // moe_routed's
 
 size_t align_up(size_t n) {
     return (n + kAlign - 1) / kAlign * kAlign;
@@ -96,6 +98,9 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
             "CUDA backend: a prefill chunk of {} tokens; the CUDA backend takes 1 to 65535",
             max_batch));
     DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+    DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    DS4_CUDA_CHECK(cudaEventCreateWithFlags(&mix_ready_, cudaEventDisableTiming));
+    DS4_CUDA_CHECK(cudaEventCreateWithFlags(&comb_ready_, cudaEventDisableTiming));
     const model::HParams &hp = hp_;
     const uint32_t D = hp.head_dim, I = hp.idx_head_dim;
 
@@ -137,6 +142,12 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     if (const char *g = std::getenv("DS4_CUDA_GRAPHS"); g && std::string(g) == "0")
         use_graphs_ = false;
     if (profile_.on()) use_graphs_ = false;  // events time launched kernels, not a graph's
+    if (const char *f = std::getenv("DS4_CUDA_SIDE_STREAM"); f && std::string(f) == "0")
+        use_side_stream_ = false;
+    // The profile times each product on its own.
+    if (const char *f = std::getenv("DS4_CUDA_FLOAT_GROUPS");
+        (f && std::string(f) == "0") || profile_.on())
+        defer_float_products_ = false;
 
     const backend::cpu::RopeFreqs plain =
         backend::cpu::RopeFreqs::plain(hp.n_rot, hp.rope_freq_base);
@@ -171,8 +182,12 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     q8k_d_ = device_array<float>(act / 256 + 1);
     q8k_bsums_ = device_array<int16_t>(act / 16 + 1);
     float_scratch_ = cuda::DeviceBuffer(std::max<size_t>(m_.float_scratch_bytes(), 16));
+    // A group of products needs at most each one's scratch (float_matvec_many_scratch_bytes).
+    float_many_scratch_ = cuda::DeviceBuffer(float_scratch_.bytes() * cuda::kMaxFloatProducts);
+    pending_.reserve(cuda::kMaxFloatProducts);
     // The split products' arrival counters start at zero (float_matvec.h).
     DS4_CUDA_CHECK(cudaMemset(float_scratch_.get(), 0, float_scratch_.bytes()));
+    DS4_CUDA_CHECK(cudaMemset(float_many_scratch_.get(), 0, float_many_scratch_.bytes()));
     flat_ = device_array<float>(size_t(hp.n_hc) * hp.n_embd);
     mixes_ = device_array<float>(hp.n_hc_mix());
     head_w_ = device_array<float>(hp.n_hc);
@@ -213,7 +228,7 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
 }
 
 CudaOps::~CudaOps() {
-    graph_.abort(s_);
+    abort_step();
     profile_.report();
     // DS4_CUDA_GRAPH_NODES: how many kernels and copies one decode step is (the profile times
     // operations, this counts the launches they cost).
@@ -221,11 +236,29 @@ CudaOps::~CudaOps() {
         fmt::print(stderr, "CUDA decode graph: {} nodes per step\n", graph_.nodes());
     if (tokens_host_) cudaFreeHost(tokens_host_);
     if (positions_host_) cudaFreeHost(positions_host_);
+    if (mix_ready_) cudaEventDestroy(mix_ready_);
+    if (comb_ready_) cudaEventDestroy(comb_ready_);
+    if (side_) cudaStreamDestroy(side_);
     if (s_) cudaStreamDestroy(s_);
 }
 
+void CudaOps::join_side_stream() {
+    if (!comb_pending_) return;
+    comb_pending_ = false;
+    DS4_CUDA_CHECK(cudaStreamWaitEvent(s_, comb_ready_, 0));
+}
+
+void CudaOps::abort_step() {
+    // A capture's forked work must be joined before the capture can end.
+    if (comb_pending_) {
+        comb_pending_ = false;
+        (void)cudaStreamWaitEvent(s_, comb_ready_, 0);
+    }
+    graph_.abort(s_);
+}
+
 void CudaOps::begin_batch(std::span<const int32_t> tokens) {
-    graph_.abort(s_);  // a capture an exception left open
+    abort_step();  // a capture an exception left open
     quantized_q8_0_ = {};
     if (tokens.size() > max_batch_)
         throw Error(fmt::format("CUDA backend: a batch of {} tokens exceeds the session's {}",
@@ -279,7 +312,12 @@ bool CudaOps::replaying(uint64_t op, std::initializer_list<uint64_t> args) {
     };
     mix(op);
     for (uint64_t a : args) mix(a);
-    if (op != kLinearOp) quantized_q8_0_ = {};
+    // Every other operation may read a pending product's output (linear checks its own input).
+    if (op != kLinearOp) flush_float_products();
+    // linear_groups and moe_routed write only their outputs (checked there) and keep the
+    // quantization of their input (attend leaves O quantized for linear_groups; the shared
+    // expert's gate and up quantize the XN of moe_routed).
+    if (op != kLinearOp && op != kLinearGroupsOp && op != kMoeRoutedOp) quantized_q8_0_ = {};
     return replay_;
 }
 
@@ -294,6 +332,7 @@ float *CudaOps::buffer(size_t n) {
 }
 
 void CudaOps::end_batch() {
+    flush_float_products();
     n_past_ += batch_;
 }
 
@@ -319,11 +358,15 @@ const int64_t *CudaOps::ratio_word(int64_t t, uint32_t ratio, size_t offset) con
     return word(t, kRatioBase + ratio_row_.at(ratio) * kRatioWords + offset);
 }
 
+cuda::Q8_KActivation CudaOps::q8k_scratch() const {
+    return {q8k_q_.as<int8_t>(), q8k_d_.as<float>(), q8k_bsums_.as<int16_t>()};
+}
+
 cuda::Q8_KActivation CudaOps::quantize_q8_k(const float *x, int64_t n) {
     if (size_t(n) > q8k_q_.bytes())
         throw Error(fmt::format("CUDA backend: {} activations exceed the scratch of {}", n,
                                 q8k_q_.bytes()));
-    const cuda::Q8_KActivation a{q8k_q_.as<int8_t>(), q8k_d_.as<float>(), q8k_bsums_.as<int16_t>()};
+    const cuda::Q8_KActivation a = q8k_scratch();
     cuda::quantize_q8_K_activation(x, n, a, s_);
     return a;
 }
@@ -361,10 +404,7 @@ void CudaOps::experts_matvec(const DeviceMatrix &w, const int32_t *ids, int n_id
                              bool x_per_slot, float *y, bool x_quantized) {
     const int64_t n = x_per_slot ? int64_t(n_ids) * w.k : w.k;
     if (w.q8_k_activations()) {
-        const cuda::Q8_KActivation a =
-            x_quantized ? cuda::Q8_KActivation{q8k_q_.as<int8_t>(), q8k_d_.as<float>(),
-                                               q8k_bsums_.as<int16_t>()}
-                        : quantize_q8_k(x, n);
+        const cuda::Q8_KActivation a = x_quantized ? q8k_scratch() : quantize_q8_k(x, n);
         if (w.iq2_xxs)
             cuda::matvec_iq2_xxs(w.iq2_xxs->experts(), ids, n_ids, a, y, s_, x_per_slot);
         else if (w.q2_k)
@@ -406,6 +446,11 @@ void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
                               reinterpret_cast<uintptr_t>(Y), uint64_t(m)}))
         return;
     const DeviceMatrix &d = m_.matrix(w);
+    if (d.raw.get() && m == 1 && defer_float_products_) {
+        defer_float_product(d, X, Y);
+        return;
+    }
+    flush_float_products();
     const ProfileScope scope = weight_scope("linear", w, double(m));
     if (d.q8_0 && m > 1) {
         // A batch: every token's row quantized at once (rows of k values: their blocks are the
@@ -422,16 +467,51 @@ void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
     }
     for (int64_t t = 0; t < m; ++t) matvec(d, X + t * d.k, Y + t * d.n_rows);
     // The output may overwrite the input whose quantization the scratch holds.
+    forget_quantization_if_written(Y, size_t(m * d.n_rows));
+}
+
+void CudaOps::defer_float_product(const DeviceMatrix &d, const float *x, float *y) {
+    // Joins the pending products where it has their input, format and row length, and writes
+    // nothing they read or write (so that running it with them, later, is running it now).
+    const auto overlaps = [](const float *a, int64_t na, const float *b, int64_t nb) {
+        return a < b + nb && b < a + na;
+    };
+    bool joins = pending_x_ == x && pending_.size() < size_t(cuda::kMaxFloatProducts) &&
+                 !overlaps(y, d.n_rows, x, d.k);
+    for (const cuda::FloatProduct &p : pending_)
+        joins =
+            joins && p.w.type == d.type && p.w.k == d.k && !overlaps(y, d.n_rows, p.y, p.w.n_rows);
+    if (!joins) flush_float_products();
+    pending_x_ = x;
+    pending_.push_back({d.float_matrix(), y});
     const float *q = quantized_q8_0_.x;
-    if (q && Y < q + quantized_q8_0_.n && q < Y + m * d.n_rows) quantized_q8_0_ = {};
+    if (q && overlaps(y, d.n_rows, q, quantized_q8_0_.n)) quantized_q8_0_ = {};
+}
+
+void CudaOps::flush_float_products() {
+    if (pending_.empty()) return;
+    if (pending_.size() == 1)
+        cuda::matvec_float(pending_[0].w, pending_x_, pending_[0].y, float_scratch_.get(), s_);
+    else
+        cuda::matvec_float_many(pending_.data(), int(pending_.size()), pending_x_,
+                                float_many_scratch_.get(), float_many_scratch_.bytes(), s_);
+    pending_.clear();
+    pending_x_ = nullptr;
+}
+
+void CudaOps::forget_quantization_if_written(const float *y, size_t n) {
+    const float *q = quantized_q8_0_.x;
+    if (q && y < q + quantized_q8_0_.n && q < y + n) quantized_q8_0_ = {};
 }
 
 void CudaOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, float *Y, int64_t m) {
-    if (replaying(3, {reinterpret_cast<uintptr_t>(w), groups, reinterpret_cast<uintptr_t>(X),
-                      reinterpret_cast<uintptr_t>(Y), uint64_t(m)}))
+    if (replaying(kLinearGroupsOp,
+                  {reinterpret_cast<uintptr_t>(w), groups, reinterpret_cast<uintptr_t>(X),
+                   reinterpret_cast<uintptr_t>(Y), uint64_t(m)}))
         return;
     const DeviceMatrix &d = m_.matrix(w);
     const int64_t R = d.n_rows / groups, K = d.k;
+    forget_quantization_if_written(Y, size_t(m * d.n_rows));
     const ProfileScope scope = weight_scope("linear", w, double(m));
     if (d.q8_0 && m > 1) {  // a batch: as linear's, with the groups' slices
         quantize_q8_0_batch(X, m, int64_t(groups) * K);
@@ -513,9 +593,25 @@ void CudaOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix,
             matvec(fn, flat_.as<float>(), mixes_.as<float>());
         }
         const ProfileScope scope(profile_, s_, "hc_pre sinkhorn+combine");
-        cuda::hc_mix_combine(mixes_.as<float>(), m_.vec(hc.scale), m_.vec(hc.base), n,
-                             int(hp_.sinkhorn_iters), hp_.hc_eps, mt, mt + n, mt + 2 * n,
-                             X + t * width, E, x_in + t * E, s_);
+        const float *scale = m_.vec(hc.scale), *base = m_.vec(hc.base);
+        const int iters = int(hp_.sinkhorn_iters);
+        if (m == 1 && use_side_stream_ && cuda::hc_mix_parts_split(n)) {
+            // One token: the Sinkhorn passes (comb, first read by hc_post) on the side stream,
+            // beside the sublayer; pre, post and x_in here. mixes_ is next written by the next
+            // hc_pre or hc_head, after hc_post has joined the side stream.
+            join_side_stream();
+            DS4_CUDA_CHECK(cudaEventRecord(mix_ready_, s_));
+            DS4_CUDA_CHECK(cudaStreamWaitEvent(side_, mix_ready_, 0));
+            cuda::hc_mix_combine(mixes_.as<float>(), scale, base, n, iters, hp_.hc_eps, mt, mt + n,
+                                 mt + 2 * n, X, E, x_in, side_, 1, cuda::HcMixParts::CombOnly);
+            DS4_CUDA_CHECK(cudaEventRecord(comb_ready_, side_));
+            comb_pending_ = true;
+            cuda::hc_mix_combine(mixes_.as<float>(), scale, base, n, iters, hp_.hc_eps, mt, mt + n,
+                                 mt + 2 * n, X, E, x_in, s_, 1, cuda::HcMixParts::WithoutComb);
+            return;
+        }
+        cuda::hc_mix_combine(mixes_.as<float>(), scale, base, n, iters, hp_.hc_eps, mt, mt + n,
+                             mt + 2 * n, X + t * width, E, x_in + t * E, s_);
     }
 }
 
@@ -525,6 +621,7 @@ void CudaOps::hc_post(const float *mix, const float *y, int64_t m, float *X) {
         return;
     const int n = int(hp_.n_hc);
     const int64_t E = hp_.n_embd;
+    join_side_stream();  // comb
     const ProfileScope scope(profile_, s_, "hc_post");
     cuda::hc_post(mix + n, mix + 2 * n, y, n, E, X, s_, int(m));
 }
@@ -572,14 +669,20 @@ void CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *
     const int64_t *completes = ratio_word(t, r, kStoreIndex);
     const ProfileScope scope(profile_, s_, indexer ? "attn indexer compressor" : "attn compressor");
     // runtime/compressor.cpp compressor_push: the token's rows plus its phase's position bias,
-    // into the window's slot of this phase.
-    cuda::compressor_push_step(kv, score, m_.vec(indexer ? L.idx_comp_ape : L.comp_ape), W,
-                               ratio_word(t, r, kPhase), overlap ? r : 0, state_kv, state_score,
-                               s_);
-    // The pooled row (pool, norm, rotation, rounding, store in one launch; row_finish.h) is
-    // computed and stored, and the window shifted, only where the token completes it (the device
-    // word `completes`). The work enqueued is the same at every position (a replayed graph), the
-    // stored rows the CPU's.
+    // into the window's slot of this phase; then the pooled row (pool, norm, rotation,
+    // rounding, store; row_finish.h) and the window's shift, only where the token completes it
+    // (the device word `completes`): one launch (compressor_step). The work enqueued is the
+    // same at every position (a replayed graph), the stored rows the CPU's.
+    cuda::CompressorStep c;
+    c.kv = kv;
+    c.score = score;
+    c.ape = m_.vec(indexer ? L.idx_comp_ape : L.comp_ape);
+    c.width = W;
+    c.phase = ratio_word(t, r, kPhase);
+    c.slot_base = overlap ? r : 0;
+    c.state_kv = state_kv;
+    c.state_score = state_score;
+    c.shift = overlap;
     cuda::RowFinish f = compressed_row(il, indexer);
     f.state_kv = state_kv;
     f.state_score = state_score;
@@ -588,8 +691,7 @@ void CudaOps::compress(uint32_t il, bool indexer, const float *kv, const float *
     f.width = W;
     f.pos = ratio_word(t, r, kCompPos);
     f.index = completes;
-    cuda::row_finish(f, s_);
-    if (overlap) cuda::compressor_shift_if(state_kv, state_score, int(r), W, completes, s_);
+    cuda::compressor_step(c, f, s_);
 }
 
 void CudaOps::compress_batch(uint32_t il, bool indexer, const float *kv, const float *score,
@@ -666,8 +768,8 @@ void CudaOps::finish_q_kv(uint32_t il, const AttentionInputs &in, int64_t m) {
     fq.pos = word(0, kPos);
     fq.rows_per_token = H;
     fq.word_stride = int64_t(step_words());
-    cuda::row_finish(fq, s_);
-    // Each token's KV row: rmsnorm, RoPE, FP8 on the non-rotary dims, into its ring slot.
+    // Each token's KV row: rmsnorm, RoPE, FP8 on the non-rotary dims, into its ring slot (the
+    // same launch as the heads).
     cuda::RowFinish fkv = fq;
     fkv.n_rows = m;
     fkv.rows = in.kv;
@@ -679,7 +781,7 @@ void CudaOps::finish_q_kv(uint32_t il, const AttentionInputs &in, int64_t m) {
     fkv.index = word(0, kRingSlot);
     fkv.rows_per_token = 1;
     fkv.f16 = f16_;
-    cuda::row_finish(fkv, s_);
+    cuda::row_finish_pair(fq, fkv, s_);
 }
 
 void CudaOps::compress_tokens(uint32_t il, const AttentionInputs &in, int64_t m) {
@@ -760,6 +862,14 @@ void CudaOps::attend(uint32_t il, const float *Q, int64_t t0, int64_t n, size_t 
     const ProfileScope scope(profile_, s_, "attn mix+rope");
     cuda::attention_mix(scores_.as<float>(), rows, max_rows, m_.vec(L.attn_sinks), scale, H, D, o,
                         s_, word(t0, rows_word), tokens);
+    // One token's heads are quantized for the grouped output projection in the same launch (the
+    // step's last write of O; linear_groups finds them in the scratch).
+    if (batch_ == 1 && size_t(H * D) <= xq_.bytes() && D % 32 == 0) {
+        cuda::rope_tail_q8_0(o, H, D, freqs(il), hp.n_rot / 2, word(t0, kPos), true,
+                             xq_.as<int8_t>(), xd_.as<float>(), s_);
+        quantized_q8_0_ = {o, H * D};
+        return;
+    }
     cuda::rope_tail(o, H, D, freqs(il), hp.n_rot / 2, word(t0, kPos), true, s_, int(n), stride);
 }
 
@@ -781,9 +891,15 @@ cuda::RouteDeviceParams CudaOps::route_params(uint32_t il, int64_t t) const {
 
 void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int64_t m,
                          float *slot_out) {
-    if (replaying(9, {il, reinterpret_cast<uintptr_t>(XN), reinterpret_cast<uintptr_t>(logits),
-                      uint64_t(m), reinterpret_cast<uintptr_t>(slot_out)}))
+    if (replaying(kMoeRoutedOp,
+                  {il, reinterpret_cast<uintptr_t>(XN), reinterpret_cast<uintptr_t>(logits),
+                   uint64_t(m), reinterpret_cast<uintptr_t>(slot_out)}))
         return;
+    // The slots may overwrite the input whose quantization the scratch holds.
+    forget_quantization_if_written(slot_out, size_t(m) * hp_.n_expert_used * hp_.n_embd);
+    // So may the products into its own scratch.
+    forget_quantization_if_written(gate_.as<float>(), gate_.bytes() / sizeof(float));
+    forget_quantization_if_written(up_.as<float>(), up_.bytes() / sizeof(float));
     const model::HParams &hp = hp_;
     const model::LayerWeights &L = m_.weights().layers[il];
     const int K = int(hp.n_expert_used);
@@ -800,25 +916,56 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
         float *weights = expert_w_.as<float>() + t * K;
         const cuda::RouteDeviceParams p = route_params(il, t);
         auto scope = std::make_optional<ProfileScope>(profile_, s_, "moe route");
-        cuda::route_experts(logits + t * hp.n_expert, p, ids, weights, s_);
         const float *x = XN + t * E;
+        // Q8_K experts: the router's launch quantizes their input too.
+        const bool x_quantized =
+            gate.q8_k_activations() && gate.k == E && size_t(E) <= q8k_q_.bytes();
+        if (x_quantized)
+            cuda::route_experts_q8_K(logits + t * hp.n_expert, p, ids, weights, x, E, q8k_scratch(),
+                                     s_);
+        else
+            cuda::route_experts(logits + t * hp.n_expert, p, ids, weights, s_);
         // K of the layer's experts: K / n_expert of each tensor's bytes.
         const double share = double(K) / double(hp.n_expert);
         scope.reset();
         scope.emplace(weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share));
-        experts_matvec(gate, ids, K, x, false, gate_.as<float>());
         // The same activation in the same format: quantized once, for both (float experts
-        // read x itself).
+        // read x itself); IQ2_XXS and Q4_K pairs of one shape in one launch.
         const bool same_format = gate.type == up.type && gate.k == up.k;
-        experts_matvec(up, ids, K, x, false, up_.as<float>(), same_format);
+        if (same_format && gate.n_rows == up.n_rows &&
+            ((gate.iq2_xxs && up.iq2_xxs) || (gate.q4_k && up.q4_k))) {
+            const cuda::Q8_KActivation a = x_quantized ? q8k_scratch() : quantize_q8_k(x, gate.k);
+            if (gate.iq2_xxs)
+                cuda::matvec_iq2_xxs_pair(gate.iq2_xxs->experts(), up.iq2_xxs->experts(), ids, K, a,
+                                          gate_.as<float>(), up_.as<float>(), s_);
+            else
+                cuda::matvec_q4_K_pair(gate.q4_k->experts(), up.q4_k->experts(), ids, K, a,
+                                       gate_.as<float>(), up_.as<float>(), s_);
+        } else {
+            experts_matvec(gate, ids, K, x, false, gate_.as<float>(), x_quantized);
+            experts_matvec(up, ids, K, x, false, up_.as<float>(),
+                           same_format || (x_quantized && up.q8_k_activations() && up.k == E));
+        }
         scope.reset();
         scope.emplace(profile_, s_, "moe swiglu");
-        // ds4 weights W2's input by the route weight (docs/MODEL.md 4.6).
-        cuda::swiglu_slots(gate_.as<float>(), up_.as<float>(), K, F, hp.swiglu_clamp[il], weights,
-                           gate_.as<float>(), s_);
+        // ds4 weights W2's input by the route weight (docs/MODEL.md 4.6). The down product's
+        // activation is quantized in the same launch where its format allows.
+        float *h = gate_.as<float>();
+        const float c = hp.swiglu_clamp[il];
+        bool quantized = false;
+        if (down.q8_k_activations() && size_t(K * F) <= q8k_q_.bytes())
+            quantized =
+                cuda::swiglu_slots_q8_K(h, up_.as<float>(), K, F, c, weights, h, q8k_scratch(), s_);
+        else if (down.q8_0 && size_t(K * F) <= xq_.bytes() &&
+                 cuda::swiglu_slots_q8_0(h, up_.as<float>(), K, F, c, weights, h, xq_.as<int8_t>(),
+                                         xd_.as<float>(), s_)) {
+            quantized = true;
+            quantized_q8_0_ = {h, K * F};
+        }
+        if (!quantized) cuda::swiglu_slots(h, up_.as<float>(), K, F, c, weights, h, s_);
         scope.reset();
         scope.emplace(weight_scope("moe down", L.ffn_down_exps, share));
-        experts_matvec(down, ids, K, gate_.as<float>(), true, slot_out + t * K * E);
+        experts_matvec(down, ids, K, h, true, slot_out + t * K * E, quantized);
     }
 }
 
@@ -874,6 +1021,14 @@ void CudaOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp
                        uint64_t(n)}))
         return;
     const ProfileScope scope(profile_, s_, "swiglu");
+    // One token's SwiGLU quantizes its output too: the next operation is the shared expert's
+    // down product (Q8_0 in the published files).
+    if (m == 1 && size_t(n) <= xq_.bytes() &&
+        cuda::swiglu_slots_q8_0(G, U, 1, n, clamp, nullptr, G, xq_.as<int8_t>(), xd_.as<float>(),
+                                s_)) {
+        quantized_q8_0_ = {G, n};
+        return;
+    }
     cuda::swiglu_slots(G, U, int(m), n, clamp, nullptr, G, s_);
 }
 
@@ -889,6 +1044,7 @@ void CudaOps::moe_sum(const float *slot_out, const float *shared, int64_t m, flo
 
 void CudaOps::read(const float *x, size_t n, float *host) {
     replaying(12, {reinterpret_cast<uintptr_t>(x), n});
+    join_side_stream();
     if (graph_.capturing())
         graph_.end_capture_and_launch(s_, step_hash_);
     else if (replay_)
@@ -925,7 +1081,7 @@ std::shared_ptr<const BackendState> CudaOps::save() const {
 }
 
 void CudaOps::restore(const BackendState &state) {
-    graph_.abort(s_);
+    abort_step();
     const auto *st = dynamic_cast<const CudaState *>(&state);
     if (st == nullptr || st->layers.size() != kv_.size())
         throw Error("restore: a snapshot of another backend or model");
@@ -992,7 +1148,7 @@ std::shared_ptr<const BackendState> CudaOps::save_tail() const {
 }
 
 void CudaOps::rewind(const BackendState &tail) {
-    graph_.abort(s_);
+    abort_step();
     const auto *t = dynamic_cast<const CudaTail *>(&tail);
     if (t == nullptr || t->layers.size() != kv_.size())
         throw Error("rewind: a rewind point of another backend or model");
@@ -1065,7 +1221,7 @@ void CudaOps::write_state(std::ostream &out) const {
 void CudaOps::read_state(std::istream &in, int64_t n_past) {
     // Everything is read and checked before the device state changes.
     const KvCache c = read_kv_cache(in, hp_, ctx_, f16_, n_past);
-    graph_.abort(s_);
+    abort_step();
     const int64_t D = hp_.head_dim, I = hp_.idx_head_dim, W = hp_.sliding_window;
     n_past_ = n_past;
     const int64_t first = std::max<int64_t>(0, n_past_ - W);

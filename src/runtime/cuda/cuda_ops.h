@@ -136,6 +136,8 @@ class CudaOps final : public Ops {
     // quantized the same x); only float weights then read x.
     void experts_matvec(const DeviceMatrix &w, const int32_t *ids, int n_ids, const float *x,
                         bool x_per_slot, float *y, bool x_quantized = false);
+    // The one-token Q8_K scratch (what quantize_q8_k fills).
+    cuda::Q8_KActivation q8k_scratch() const;
     // Quantizes n values of x (several rows back to back: their blocks are the rows' blocks).
     cuda::Q8_KActivation quantize_q8_k(const float *x, int64_t n);
     // The same into the batch scratch (a chunk's rows).
@@ -149,6 +151,13 @@ class CudaOps final : public Ops {
                             float *slot_out);
     // Skipped where the scratch already holds x's n values (quantized_q8_0_ says whose).
     void quantize_q8_0(const float *x, int64_t n);
+    // One token's float product y = W x (m == 1), deferred: consecutive products of one x run
+    // as one launch (matvec_float_many) when the next operation comes (every operation but a
+    // joining product flushes them first), each output the bits of its own launch.
+    void defer_float_product(const DeviceMatrix &d, const float *x, float *y);
+    void flush_float_products();
+    // An operation writes y[0..n): the scratch no longer holds its input's values if y overlaps.
+    void forget_quantization_if_written(const float *y, size_t n);
     // A batch's m rows of `width` values, into the batch scratch (rows of whole Q8_0 blocks).
     void quantize_q8_0_batch(const float *X, int64_t m, int64_t width);
     // A pooled compressor row: push, and when the window completes, pool, norm, rotate, round
@@ -171,6 +180,10 @@ class CudaOps final : public Ops {
                 size_t rows_word, float *O);
     // A profile scope (op_profile.h) named after w's role and format, reading its bytes m times.
     ProfileScope weight_scope(const char *op, model::Tensor w, double m);
+    // The main stream waits for the side stream's pending work (hc_pre's Sinkhorn passes).
+    void join_side_stream();
+    // Joins the side stream and drops a capture an exception left open.
+    void abort_step();
 
     const DeviceModel &m_;
     const model::HParams &hp_;
@@ -178,11 +191,19 @@ class CudaOps final : public Ops {
     const bool f16_;
     const ForwardOptions opts_;
     cudaStream_t s_ = nullptr;
+    // A decode step forks hc_pre's Sinkhorn passes onto side_ (mix_ready_: the mixer outputs are
+    // written; comb_ready_: comb is) and hc_post joins it back; DS4_CUDA_SIDE_STREAM=0 keeps
+    // them on s_, for comparisons.
+    cudaStream_t side_ = nullptr;
+    cudaEvent_t mix_ready_ = nullptr, comb_ready_ = nullptr;
+    bool use_side_stream_ = true, comb_pending_ = false;
     int64_t n_past_ = 0, batch_ = 0;
     // Whose values the one-token Q8_0 scratch (xq_, xd_) holds: set by the quantization (or by
-    // rms_norm, which quantizes its output in the same launch), kept across consecutive linear
-    // operations on that input (attention q_a and kv, the shared expert's gate and up), and
-    // cleared by every other operation, which may write any buffer.
+    // rms_norm, which quantizes its output in the same launch), kept across linear operations
+    // on that input (attention q_a and kv, the router and the shared expert's gate and up),
+    // linear_groups and moe_routed (these write only their outputs, which clear it where they
+    // overlap), and cleared by every other operation; also set by the SwiGLUs and the
+    // attention's last rotation of O, which quantize their outputs in the same launch.
     struct QuantizedInput {
         const float *x = nullptr;
         int64_t n = 0;
@@ -208,7 +229,12 @@ class CudaOps final : public Ops {
     cuda::DeviceBuffer zero_id_;    // int32 0: a dense product through an expert kernel
     cuda::DeviceBuffer group_ids_;  // int32 0..n_out_group-1: a grouped product as experts
     // scratch of one token's operations
-    cuda::DeviceBuffer xq_, xd_, q8k_q_, q8k_d_, q8k_bsums_, float_scratch_;
+    cuda::DeviceBuffer xq_, xd_, q8k_q_, q8k_d_, q8k_bsums_, float_scratch_, float_many_scratch_;
+    // The deferred float products of one input (defer_float_product; DS4_CUDA_FLOAT_GROUPS=0
+    // runs each at once, for comparisons).
+    std::vector<cuda::FloatProduct> pending_;
+    const float *pending_x_ = nullptr;
+    bool defer_float_products_ = true;
     cuda::DeviceBuffer xq_batch_, xd_batch_;
     cuda::DeviceBuffer flat_, mixes_, head_w_;
     cuda::DeviceBuffer rows_, scores_, idx_scores_, selected_, topk_scratch_;
