@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/hyper_connections.h"
+#include "backend/cuda/moe_ops.h"
 #include "cuda_test_util.h"
 #include "runtime/hyper_connections.h"
 
@@ -180,6 +181,33 @@ TEST(CudaHyperConnections, HeadWeightsEqualCpu) {
         const auto got = to_host<float>(dw, kN);
         // exp: the device rounds a double result, the CPU calls f32 libm (a few ulps at most).
         for (int h = 0; h < kN; ++h) EXPECT_LE(ulps(got[h], want[h]), 4) << h;
+    }
+}
+
+// The MoE's sum with the hc_post that reads it (one token): y and X of sum_slots then hc_post,
+// bit for bit, with the shared output and without.
+TEST(CudaHc, PostWithTheSlotsSumEqualsSumThenPost) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int kN = 4, kSlots = 6;
+    constexpr int64_t kE = 4096 + 3;
+    const auto X = random_floats(kN * kE, 13, 10.0f), slots = random_floats(kSlots * kE, 14, 3.0f),
+               shared = random_floats(kE, 15, 3.0f), post = random_floats(kN, 16, 2.0f),
+               comb = random_floats(kN * kN, 17, 1.0f);
+    const DeviceBuffer dslots = to_device(slots), dshared = to_device(shared),
+                       dpost = to_device(post), dcomb = to_device(comb);
+    for (const bool with_shared : {true, false}) {
+        const float *sh = with_shared ? dshared.as<float>() : nullptr;
+        DeviceBuffer wX = to_device(X), gX = to_device(X), wy = to_device(test::poison_floats(kE)),
+                     gy = to_device(test::poison_floats(kE));
+        sum_slots(dslots.as<float>(), kSlots, kE, sh, wy.as<float>(), nullptr);
+        hc_post(dpost.as<float>(), dcomb.as<float>(), wy.as<float>(), kN, kE, wX.as<float>(),
+                nullptr);
+        hc_post_slots(dpost.as<float>(), dcomb.as<float>(), dslots.as<float>(), kSlots, sh,
+                      gy.as<float>(), kN, kE, gX.as<float>(), nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_TRUE(test::same_bits(to_host<float>(gy, kE), to_host<float>(wy, kE)));
+        EXPECT_TRUE(test::same_bits(to_host<float>(gX, X.size()), to_host<float>(wX, X.size())));
+        EXPECT_FALSE(test::same_bits(to_host<float>(gX, X.size()), X)) << "X unchanged";
     }
 }
 

@@ -35,6 +35,35 @@ Rope rope(int64_t n_rot, int64_t p) {
     return {to_device(f.f), to_device(std::vector<int64_t>{p}), n_rot / 2};
 }
 
+// The compressed row of a window (the tests' case): pooled, normed with w, rotated at r's
+// position, rounded as the attention's (FP8) or the indexer's row, stored f16 at *index of table.
+struct CompressorCase {
+    int ratio;
+    bool overlap, indexer;
+    int64_t d;
+};
+RowFinish compressor_row(const CompressorCase &c, const float *kv, const float *score,
+                         const float *w, const Rope &r, float *table, const int64_t *index) {
+    RowFinish f;
+    f.d = c.d;
+    f.state_kv = kv;
+    f.state_score = score;
+    f.ratio = c.ratio;
+    f.overlap = c.overlap;
+    f.width = (c.overlap ? 2 : 1) * c.d;
+    f.norm_w = w;
+    f.eps = 1e-6f;
+    f.freqs = r.freqs.as<double>();
+    f.n_freq = r.n_freq;
+    f.pos = r.pos.as<int64_t>();
+    f.rounding = c.indexer ? RowRounding::Indexer : RowRounding::Fp8;
+    f.n_fp8 = c.d - 64;
+    f.table = table;
+    f.index = index;
+    f.f16 = true;
+    return f;
+}
+
 TEST(CudaRowFinish, QHeadsEqualNormThenRope) {
     DS4_REQUIRE_CUDA_DEVICE();
     constexpr int64_t kH = 64, kD = 512;
@@ -142,13 +171,9 @@ TEST(CudaRowFinish, PairEqualsItsTwoLaunches) {
 
 TEST(CudaRowFinish, CompressorRowEqualsPoolNormRopeRoundStore) {
     DS4_REQUIRE_CUDA_DEVICE();
-    struct Case {
-        int ratio;
-        bool overlap, indexer;
-        int64_t d;
-    };
-    for (const Case c :
-         {Case{4, true, false, 512}, Case{4, true, true, 128}, Case{128, false, false, 512}}) {
+    for (const CompressorCase c :
+         {CompressorCase{4, true, false, 512}, CompressorCase{4, true, true, 128},
+          CompressorCase{128, false, false, 512}}) {
         const int64_t W = (c.overlap ? 2 : 1) * c.d, rows = (c.overlap ? 2 : 1) * c.ratio;
         const auto kv = random_floats(rows * W, 30 + c.d, 2.0f);
         auto sc = random_floats(rows * W, 31 + c.d, 4.0f);
@@ -172,24 +197,9 @@ TEST(CudaRowFinish, CompressorRowEqualsPoolNormRopeRoundStore) {
             else
                 fp8_e4m3_sim(row.as<float>(), 1, c.d - 64, 64, nullptr);
             store_row_at(row.as<float>(), c.d, true, want.as<float>(), when.as<int64_t>(), nullptr);
-            RowFinish f;
-            f.d = c.d;
-            f.state_kv = dkv.as<float>();
-            f.state_score = dsc.as<float>();
-            f.ratio = c.ratio;
-            f.overlap = c.overlap;
-            f.width = W;
-            f.norm_w = dw.as<float>();
-            f.eps = 1e-6f;
-            f.freqs = r.freqs.as<double>();
-            f.n_freq = r.n_freq;
-            f.pos = r.pos.as<int64_t>();
-            f.rounding = c.indexer ? RowRounding::Indexer : RowRounding::Fp8;
-            f.n_fp8 = c.d - 64;
-            f.table = got.as<float>();
-            f.index = when.as<int64_t>();
-            f.f16 = true;
-            row_finish(f, nullptr);
+            row_finish(compressor_row(c, dkv.as<float>(), dsc.as<float>(), dw.as<float>(), r,
+                                      got.as<float>(), when.as<int64_t>()),
+                       nullptr);
             DS4_CUDA_CHECK(cudaDeviceSynchronize());
             const auto g = to_host<float>(got, 6 * c.d);
             EXPECT_TRUE(same_bits(g, to_host<float>(want, 6 * c.d)))
@@ -206,13 +216,9 @@ TEST(CudaRowFinish, CompressorRowEqualsPoolNormRopeRoundStore) {
 // completes its window and where it does not, with and without the overlapped shift.
 TEST(CudaRowFinish, CompressorStepEqualsPushFinishShift) {
     DS4_REQUIRE_CUDA_DEVICE();
-    struct Case {
-        int ratio;
-        bool overlap, indexer;
-        int64_t d;
-    };
-    for (const Case c :
-         {Case{4, true, false, 512}, Case{4, true, true, 128}, Case{128, false, false, 512}}) {
+    for (const CompressorCase c :
+         {CompressorCase{4, true, false, 512}, CompressorCase{4, true, true, 128},
+          CompressorCase{128, false, false, 512}}) {
         const int64_t W = (c.overlap ? 2 : 1) * c.d, rows = (c.overlap ? 2 : 1) * c.ratio;
         const int64_t slot_base = c.overlap ? c.ratio : 0;
         const auto kv0 = random_floats(rows * W, 40 + c.d, 2.0f);
@@ -230,23 +236,9 @@ TEST(CudaRowFinish, CompressorStepEqualsPushFinishShift) {
             auto run = [&](bool fused) {
                 DeviceBuffer kv = to_device(kv0), sc = to_device(sc0),
                              table = to_device(test::poison_floats(6 * c.d));
-                RowFinish f;
-                f.d = c.d;
-                f.state_kv = kv.as<float>();
-                f.state_score = sc.as<float>();
-                f.ratio = c.ratio;
-                f.overlap = c.overlap;
-                f.width = W;
-                f.norm_w = dw.as<float>();
-                f.eps = 1e-6f;
-                f.freqs = r.freqs.as<double>();
-                f.n_freq = r.n_freq;
-                f.pos = r.pos.as<int64_t>();
-                f.rounding = c.indexer ? RowRounding::Indexer : RowRounding::Fp8;
-                f.n_fp8 = c.d - 64;
-                f.table = table.as<float>();
-                f.index = when.as<int64_t>();
-                f.f16 = true;
+                const RowFinish f =
+                    compressor_row(c, kv.as<float>(), sc.as<float>(), dw.as<float>(), r,
+                                   table.as<float>(), when.as<int64_t>());
                 if (fused) {
                     CompressorStep step;
                     step.kv = dx.as<float>();

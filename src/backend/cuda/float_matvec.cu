@@ -197,7 +197,7 @@ struct ManyProducts {
     int n;
 };
 
-template <GgmlType T, int TPR>
+template <GgmlType T, int TPR, int R>
 __global__ void __launch_bounds__(kThreads)
     matvec_float_many_kernel(const __grid_constant__ ManyProducts p, int64_t k,
                              const float *__restrict__ x) {
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kThreads)
     int j = 0;
     while (j + 1 < p.n && blockIdx.x >= p.first_block[j + 1]) ++j;
     const unsigned local = blockIdx.x - p.first_block[j];
-    matvec_float_block<T, TPR, 1, 1>(p.w[j], p.n_rows[j], k, p.span[j], nullptr, false, 1, x,
+    matvec_float_block<T, TPR, 1, R>(p.w[j], p.n_rows[j], k, p.span[j], nullptr, false, 1, x,
                                      p.y[j], p.partial[j], p.counters[j], local % p.n_bx[j],
                                      local / p.n_bx[j], p.split[j], 0, p.n_bx[j]);
 }
@@ -256,12 +256,39 @@ void launch_tpr(const FloatMatrix &w, const Plan &p, const Slots &sl, const floa
                   p.span, sl.ids, sl.x_per_slot, int64_t(sl.n_slots), x, y, partial, counters);
 }
 
+// Rows per thread group of a one-token product: each thread then has R rows' loads in flight
+// instead of one (a matrix of few passes per row is otherwise latency-bound: the F16 indexer and
+// compressor products ran at 1.5 TB/s), as long as the grid keeps a block per multiprocessor.
+// A row's terms and order do not depend on R.
+int decode_rows_per_group(int64_t row_groups) {
+    constexpr int64_t kMultiprocessors = kMinBlocks / 2;
+    return row_groups >= 4 * kMultiprocessors ? 4 : row_groups >= 2 * kMultiprocessors ? 2 : 1;
+}
+
+template <class F>
+void with_rows_per_group(int r, F &&f) {
+    if (r == 4)
+        f(std::integral_constant<int, 4>{});
+    else if (r == 2)
+        f(std::integral_constant<int, 2>{});
+    else
+        f(std::integral_constant<int, 1>{});
+}
+
 template <GgmlType T, int NT>
 void launch(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
             double *partial, unsigned *counters, cudaStream_t s) {
-    constexpr int R = NT == 1 ? 1 : kBatchRowsPerGroup;
     with_threads_per_row(p.tpr, [&](auto tpr) {
-        launch_tpr<T, decltype(tpr)::value, NT, R>(w, p, sl, x, y, partial, counters, s);
+        constexpr int kTpr = decltype(tpr)::value;
+        if constexpr (NT == 1) {
+            const int64_t groups =
+                (w.n_rows + kThreads / kTpr - 1) / (kThreads / kTpr) * sl.n_slots;
+            with_rows_per_group(decode_rows_per_group(groups), [&](auto r) {
+                launch_tpr<T, kTpr, 1, decltype(r)::value>(w, p, sl, x, y, partial, counters, s);
+            });
+        } else {
+            launch_tpr<T, kTpr, NT, kBatchRowsPerGroup>(w, p, sl, x, y, partial, counters, s);
+        }
     });
 }
 
@@ -375,6 +402,10 @@ void matvec_float_many(const FloatProduct *products, int n, const float *x, void
     ManyProducts mp{};
     mp.n = n;
     const int tpr = plan(products[0].w).tpr;
+    int64_t row_groups = 0;  // of all products, as one product's would be counted
+    for (int j = 0; j < n; ++j)
+        row_groups += (products[j].w.n_rows + kThreads / tpr - 1) / (kThreads / tpr);
+    const int r = decode_rows_per_group(row_groups);
     unsigned blocks = 0;
     char *free = static_cast<char *>(scratch);
     for (int j = 0; j < mp.n; ++j) {
@@ -387,7 +418,7 @@ void matvec_float_many(const FloatProduct *products, int n, const float *x, void
         mp.n_rows[j] = w.n_rows;
         mp.span[j] = p.span;
         mp.split[j] = unsigned(p.split);
-        mp.n_bx[j] = unsigned((w.n_rows + kThreads / tpr - 1) / (kThreads / tpr));
+        mp.n_bx[j] = unsigned((w.n_rows + kThreads / tpr * r - 1) / (kThreads / tpr * r));
         mp.first_block[j] = blocks;
         blocks += mp.n_bx[j] * mp.split[j];
         if (p.split > 1) {  // its own counters and partial sums (scratch_bytes' layout)
@@ -400,8 +431,11 @@ void matvec_float_many(const FloatProduct *products, int n, const float *x, void
     if (blocks == 0) return;
     auto go = [&](auto type) {
         with_threads_per_row(tpr, [&](auto t) {
-            launch_kernel(matvec_float_many_kernel<decltype(type)::value, decltype(t)::value>,
-                          blocks, kThreads, 0, stream, mp, products[0].w.k, x);
+            with_rows_per_group(r, [&](auto rows) {
+                launch_kernel(matvec_float_many_kernel<decltype(type)::value, decltype(t)::value,
+                                                       decltype(rows)::value>,
+                              blocks, kThreads, 0, stream, mp, products[0].w.k, x);
+            });
         });
     };
     switch (products[0].w.type) {

@@ -164,6 +164,28 @@ __global__ void hc_post_kernel(const float *__restrict__ post, const float *__re
     }
 }
 
+// hc_post of one token whose y is the MoE's sum of its slots and shared output, formed here in
+// sum_slots' order (moe_ops.h) and stored to y as well.
+__global__ void hc_post_slots_kernel(const float *__restrict__ post, const float *__restrict__ comb,
+                                     const float *__restrict__ slots, int n_slots,
+                                     const float *__restrict__ shared, float *__restrict__ y, int n,
+                                     int64_t e, float *X) {
+    dev::wait_for_previous_kernels();
+    const int64_t d = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (d >= e) return;
+    float yd = 0.0f;
+    for (int i = 0; i < n_slots; ++i) yd = __fadd_rn(yd, slots[int64_t(i) * e + d]);
+    if (shared) yd = __fadd_rn(yd, shared[d]);
+    y[d] = yd;
+    float xi[kMaxHcStreams];
+    for (int i = 0; i < n; ++i) xi[i] = X[i * e + d];
+    for (int j = 0; j < n; ++j) {
+        float acc = __fmul_rn(post[j], yd);
+        for (int i = 0; i < n; ++i) acc = __fadd_rn(acc, __fmul_rn(comb[i * n + j], xi[i]));
+        X[j * e + d] = acc;
+    }
+}
+
 // runtime/hyper_connections.cpp hc_head's stream weights, a thread per stream.
 __global__ void hc_head_weights_kernel(const float *mt, const float *s, const float *b, int n,
                                        float eps, float *w) {
@@ -217,6 +239,15 @@ void hc_mix_combine(const float *mixes, const float *scale, const float *base, i
     launch_kernel(hc_mix_combine_kernel, dim3(1 + combine_blocks, unsigned(n_tokens)),
                   parts == HcMixParts::CombOnly ? 32 : kMixCombineThreads, 0, stream, mixes, scale,
                   base, n, sinkhorn_iters, eps, pre, post, comb, X, e, x, parts);
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_post_slots(const float *post, const float *comb, const float *slots, int n_slots,
+                   const float *shared, float *y, int n, int64_t e, float *X, cudaStream_t stream) {
+    check_streams(n);
+    if (e == 0) return;
+    launch_kernel(hc_post_slots_kernel, unsigned((e + 255) / 256), 256, 0, stream, post, comb,
+                  slots, n_slots, shared, y, n, e, X);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -53,4 +53,9 @@ void hc_combine(const float *pre, const float *X, int n, int64_t e, float *x, cu
 void hc_post(const float *post, const float *comb, const float *y, int n, int64_t e, float *X,
              cudaStream_t stream, int n_tokens = 1);
 
+// One token: y = ((slots[0] + slots[1]) + ...) + shared (moe_ops.h sum_slots; shared may be
+// null), stored, then hc_post with it, in one launch: the bits of sum_slots then hc_post.
+void hc_post_slots(const float *post, const float *comb, const float *slots, int n_slots,
+                   const float *shared, float *y, int n, int64_t e, float *X, cudaStream_t stream);
+
 }  // namespace ds4::cuda

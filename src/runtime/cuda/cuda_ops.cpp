@@ -28,6 +28,7 @@ namespace {
 constexpr size_t kAlign = 64;      // floats: every buffer starts 256-byte aligned
 constexpr uint64_t kLinearOp = 2;  // linear's id in the step hash (replaying)
 constexpr uint64_t kLinearGroupsOp = 3;
+constexpr uint64_t kHcPostOp = 6;
 constexpr uint64_t kMoeRoutedOp = 9;  // moe_routed's
 
 size_t align_up(size_t n) {
@@ -145,9 +146,9 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     if (const char *f = std::getenv("DS4_CUDA_SIDE_STREAM"); f && std::string(f) == "0")
         use_side_stream_ = false;
     // The profile times each product on its own.
-    if (const char *f = std::getenv("DS4_CUDA_FLOAT_GROUPS");
+    if (const char *f = std::getenv("DS4_CUDA_DEFER");
         (f && std::string(f) == "0") || profile_.on())
-        defer_float_products_ = false;
+        defer_ = false;
 
     const backend::cpu::RopeFreqs plain =
         backend::cpu::RopeFreqs::plain(hp.n_rot, hp.rope_freq_base);
@@ -312,8 +313,10 @@ bool CudaOps::replaying(uint64_t op, std::initializer_list<uint64_t> args) {
     };
     mix(op);
     for (uint64_t a : args) mix(a);
-    // Every other operation may read a pending product's output (linear checks its own input).
+    // Every other operation may read a pending product's output (linear checks its own input),
+    // or the pending MoE sum's (hc_post checks it).
     if (op != kLinearOp) flush_float_products();
+    if (op != kHcPostOp) flush_moe_sum();
     // linear_groups and moe_routed write only their outputs (checked there) and keep the
     // quantization of their input (attend leaves O quantized for linear_groups; the shared
     // expert's gate and up quantize the XN of moe_routed).
@@ -333,6 +336,7 @@ float *CudaOps::buffer(size_t n) {
 
 void CudaOps::end_batch() {
     flush_float_products();
+    flush_moe_sum();
     n_past_ += batch_;
 }
 
@@ -446,7 +450,7 @@ void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
                               reinterpret_cast<uintptr_t>(Y), uint64_t(m)}))
         return;
     const DeviceMatrix &d = m_.matrix(w);
-    if (d.raw.get() && m == 1 && defer_float_products_) {
+    if (d.raw.get() && m == 1 && defer_) {
         defer_float_product(d, X, Y);
         return;
     }
@@ -616,13 +620,20 @@ void CudaOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix,
 }
 
 void CudaOps::hc_post(const float *mix, const float *y, int64_t m, float *X) {
-    if (replaying(6, {reinterpret_cast<uintptr_t>(mix), reinterpret_cast<uintptr_t>(y), uint64_t(m),
-                      reinterpret_cast<uintptr_t>(X)}))
+    if (replaying(kHcPostOp, {reinterpret_cast<uintptr_t>(mix), reinterpret_cast<uintptr_t>(y),
+                              uint64_t(m), reinterpret_cast<uintptr_t>(X)}))
         return;
     const int n = int(hp_.n_hc);
     const int64_t E = hp_.n_embd;
     join_side_stream();  // comb
     const ProfileScope scope(profile_, s_, "hc_post");
+    if (pending_sum_.y == y && m == 1) {  // y is the MoE's sum: formed here (moe_sum)
+        cuda::hc_post_slots(mix + n, mix + 2 * n, pending_sum_.slots, int(hp_.n_expert_used),
+                            pending_sum_.shared, pending_sum_.y, n, E, X, s_);
+        pending_sum_ = {};
+        return;
+    }
+    flush_moe_sum();
     cuda::hc_post(mix + n, mix + 2 * n, y, n, E, X, s_, int(m));
 }
 
@@ -1036,10 +1047,21 @@ void CudaOps::moe_sum(const float *slot_out, const float *shared, int64_t m, flo
     if (replaying(11, {reinterpret_cast<uintptr_t>(slot_out), reinterpret_cast<uintptr_t>(shared),
                        uint64_t(m), reinterpret_cast<uintptr_t>(Y)}))
         return;
+    if (m == 1 && defer_) {  // formed by the hc_post that reads it, if one does
+        pending_sum_ = {slot_out, shared, Y};
+        return;
+    }
     const int K = int(hp_.n_expert_used);
     const int64_t E = hp_.n_embd;
     const ProfileScope scope(profile_, s_, "moe_sum");
     cuda::sum_slots(slot_out, K, E, shared, Y, s_, int(m));
+}
+
+void CudaOps::flush_moe_sum() {
+    if (!pending_sum_.y) return;
+    const PendingSum p = pending_sum_;
+    pending_sum_ = {};
+    cuda::sum_slots(p.slots, int(hp_.n_expert_used), hp_.n_embd, p.shared, p.y, s_);
 }
 
 void CudaOps::read(const float *x, size_t n, float *host) {

@@ -156,6 +156,9 @@ class CudaOps final : public Ops {
     // joining product flushes them first), each output the bits of its own launch.
     void defer_float_product(const DeviceMatrix &d, const float *x, float *y);
     void flush_float_products();
+    // A one-token moe_sum is deferred the same way, and formed by the hc_post that reads it in
+    // its own launch (hc_post_slots); any other operation launches it first.
+    void flush_moe_sum();
     // An operation writes y[0..n): the scratch no longer holds its input's values if y overlaps.
     void forget_quantization_if_written(const float *y, size_t n);
     // A batch's m rows of `width` values, into the batch scratch (rows of whole Q8_0 blocks).
@@ -230,11 +233,15 @@ class CudaOps final : public Ops {
     cuda::DeviceBuffer group_ids_;  // int32 0..n_out_group-1: a grouped product as experts
     // scratch of one token's operations
     cuda::DeviceBuffer xq_, xd_, q8k_q_, q8k_d_, q8k_bsums_, float_scratch_, float_many_scratch_;
-    // The deferred float products of one input (defer_float_product; DS4_CUDA_FLOAT_GROUPS=0
-    // runs each at once, for comparisons).
+    // The deferred float products of one input (defer_float_product) and MoE sum (flush_moe_sum);
+    // DS4_CUDA_DEFER=0 runs each at once, for comparisons.
     std::vector<cuda::FloatProduct> pending_;
     const float *pending_x_ = nullptr;
-    bool defer_float_products_ = true;
+    bool defer_ = true;
+    struct PendingSum {
+        const float *slots = nullptr, *shared = nullptr;
+        float *y = nullptr;
+    } pending_sum_;
     cuda::DeviceBuffer xq_batch_, xd_batch_;
     cuda::DeviceBuffer flat_, mixes_, head_w_;
     cuda::DeviceBuffer rows_, scores_, idx_scores_, selected_, topk_scratch_;
