@@ -406,10 +406,14 @@ TEST(CudaBatchedAttention, RowFinishOverTokensIsEachTokens) {
         same_bits(to_host<float>(table_b, kTable * kD), to_host<float>(table_1, kTable * kD)));
 }
 
-// kH heads of kD: 16 of 512 (the mix's batch takes whole heads, two a warp), 13 of 128 (a
-// quarter head a block, an odd head count: a warp's second head missing).
-void check_batched_attention(int64_t kH, int64_t kD) {
-    constexpr int64_t kRing = 40, kComp = 30, kTopK = 6, kMaxRows = 24, kRot = 64;
+// kH heads of kD: 16 of 512 (the mix's batch takes whole heads, four a warp), 13 of 128 (a
+// quarter head a block, an odd head count: a warp's second head missing). kRaw0 raw rows and up
+// to kTopK selected ones: with 80 and 60, up to 148 rows (three tiles of the batch's scores,
+// five of its mix), and 13 or 72 heads (a warp's last heads missing; two tiles of 64 heads).
+void check_batched_attention(int64_t kH, int64_t kD, int64_t kRaw0 = 10, int64_t kTopK = 6) {
+    const int64_t kRing = 4 * kRaw0, kComp = std::max<int64_t>(30, 2 * kTopK),
+                  kMaxRows = kRaw0 + 2 * (kTokens - 1) + kTopK;
+    constexpr int64_t kRot = 64;
     const auto ring = random_floats(kRing * kD, 71, 2.0f),
                comp = random_floats(kComp * kD, 72, 2.0f);
     const auto q = random_floats(kTokens * kH * kD, 73, 0.2f);
@@ -419,7 +423,7 @@ void check_batched_attention(int64_t kH, int64_t kD) {
     // words: {position, first, n_raw, n_sel, use_selected}; the row counts in their own words.
     std::vector<int64_t> words(kTokens * kWordStride), counts(kTokens * kWordStride, 0);
     for (int t = 0; t < kTokens; ++t) {
-        const int64_t n_raw = 10 + 2 * t, n_sel = t % 2 ? kTopK : 3;
+        const int64_t n_raw = kRaw0 + 2 * t, n_sel = t % 2 ? kTopK : 3;
         const int64_t w[5] = {500 + t, 30 + 3 * t, n_raw, n_sel, t % 2};
         std::copy(w, w + 5, words.begin() + t * kWordStride);
         counts[size_t(t * kWordStride)] = n_raw + n_sel;
@@ -479,6 +483,8 @@ TEST(CudaBatchedAttention, GatherScoresMixRopeOverTokensAreEachTokens) {
     DS4_REQUIRE_CUDA_DEVICE();
     check_batched_attention(16, 512);
     check_batched_attention(13, 128);
+    check_batched_attention(13, 512, 80, 60);
+    check_batched_attention(72, 512, 80, 60);
 }
 
 TEST(CudaBatchedAttention, IndexerScoresAndTopKOverTokensAreEachTokens) {

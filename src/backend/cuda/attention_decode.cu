@@ -3,100 +3,127 @@
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma_f64.cuh"
 #include "backend/cuda/row_device.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
 namespace {
 
-constexpr int kWarps = 8, kRowsPerBlock = 8, kThreads = 32 * kWarps;
-constexpr int kMaxDim = 512, kMaxDimsPerLane = kMaxDim / 32;
+constexpr int kWarps = 8, kThreads = 32 * kWarps;
 
-// The butterflies (xor 16, 8, 4, 2, 1) of N sums a lane (a power of two up to 32) as one
-// reduce-scatter: at xor 16 a lane keeps the half of the sums its bit 4 names and adds its
-// partner's values of them, at xor 8 a half of those, and so on while more than one is left,
-// then the remaining steps on that one. Every sum is its butterfly's tree (the same pairs of
-// lanes at every level), with about 2 N + 10 shuffles, not 10 N. Lane l returns sum l / (32 / N).
-template <int N>
-__device__ __forceinline__ double reduce_scatter(const double (&in)[N], int lane) {
-    double cur[N];
+// The scores on the double-precision tensor cores: a block scores 64 heads (4 warps of 16 along
+// the heads) against 16 WN rows (2 warps of 8 WN along the rows), a warp's tile 2 x WN m8n8
+// fragments. The dims go by in chunks of 32, staged in shared memory as doubles (each value
+// converted once per block; the next chunk's loads are in flight while this one is multiplied),
+// 8 k steps of 4 a chunk. f32 values are exact in double and so are their products; a score's
+// sum is its d / 4 k steps in dim order whatever WN, the tile or the token count, so a batch's
+// scores are a one-token launch's bits.
+constexpr int kHeadTile = 64, kChunk = 32;
+constexpr int kPad = kChunk + 4;  // a row's doubles in shared memory: a fragment's lanes, 4 rows
+                                  // apart by 72 banks, hit 16 different bank pairs
+
+// Chunk [k0, k0 + 32) of `rows` rows (stride d) of src: thread t loads float4s t, t + 256, ..
+template <int Rows>
+struct ChunkStage {
+    static constexpr int kVecs = Rows * kChunk / 4;
+    static constexpr int kPerThread = (kVecs + kThreads - 1) / kThreads;
+    float4 v[kPerThread];
+
+    __device__ __forceinline__ void load(const float *src, int64_t d, int valid, int64_t k0) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) cur[i] = in[i];
-    int offset = 16;
-#pragma unroll
-    for (int size = N; size > 1; size /= 2, offset /= 2) {
-        const bool upper = lane & offset;
-#pragma unroll
-        for (int i = 0; i < size / 2; ++i)
-            cur[i] = (upper ? cur[i + size / 2] : cur[i]) +
-                     __shfl_xor_sync(0xffffffffu, upper ? cur[i] : cur[i + size / 2], offset);
+        for (int u = 0; u < kPerThread; ++u) {
+            const int i = int(threadIdx.x) + kThreads * u, r = i / (kChunk / 4);
+            v[u] =
+                i < kVecs && r < valid
+                    ? __ldg(reinterpret_cast<const float4 *>(src + r * d + k0) + i % (kChunk / 4))
+                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
     }
-    double v = cur[0];
-    for (; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
+    __device__ __forceinline__ void store(double (*dst)[kPad]) const {
+#pragma unroll
+        for (int u = 0; u < kPerThread; ++u) {
+            const int i = int(threadIdx.x) + kThreads * u, r = i / (kChunk / 4);
+            const int c = 4 * (i % (kChunk / 4));
+            if (i < kVecs) {
+                dst[r][c] = double(v[u].x), dst[r][c + 1] = double(v[u].y);
+                dst[r][c + 2] = double(v[u].z), dst[r][c + 3] = double(v[u].w);
+            }
+        }
+    }
+};
 
-// A block scores 8 heads (warp w: head h0 + w) against 8 rows. The rows are staged in shared
-// memory as doubles, each value converted once per block (f32 -> f64 conversions run at a
-// quarter of the double rate: converting per head was the kernel's cost), all of a thread's
-// loads issued before the first conversion (the rows come from L2: one load at a time left the
-// block waiting on each); lane l holds its head's dims l, l + 32, ... as doubles in registers.
-// Each row's exact products are summed by the lane in dim order, then by a fixed butterfly (a
-// reduce-scatter over the 8 rows): the same bits on every run.
+template <int WN>
 __global__ void __launch_bounds__(kThreads)
     scores_kernel(const float *__restrict__ q, const float *__restrict__ rows, int64_t n_rows,
                   int64_t n_heads, int64_t d, float *__restrict__ scores,
                   const int64_t *__restrict__ n_rows_dev, int64_t word_stride) {
+    constexpr int kRowTile = 16 * WN;
     dev::wait_for_previous_kernels();
-    __shared__ double tile[kRowsPerBlock][kMaxDim];
     {  // the token of a batch (AttentionTokens)
         const int64_t t = blockIdx.z;
         q += t * n_heads * d, rows += t * n_rows * d, scores += t * n_heads * n_rows;
         if (n_rows_dev) n_rows_dev += t * word_stride;
     }
-    if (n_rows_dev) n_rows = *n_rows_dev;
-    const int64_t j0 = int64_t(blockIdx.x) * kRowsPerBlock;
+    if (n_rows_dev) n_rows = *n_rows_dev;  // also a head's stride in scores, as mix reads them
+    const int64_t j0 = int64_t(blockIdx.x) * kRowTile, h0 = int64_t(blockIdx.y) * kHeadTile;
     if (j0 >= n_rows) return;  // beyond the rows in use (the grid is sized for the most)
-    const int n = int(min(int64_t(kRowsPerBlock), n_rows - j0)), dd = int(d);
-    {
-        constexpr int kPerThread = kMaxDim / kThreads;
-        float staged[kRowsPerBlock][kPerThread];
+    __shared__ double sq[kHeadTile][kPad];
+    __shared__ double sr[kRowTile][kPad];
+    const int n_valid = int(min(int64_t(kRowTile), n_rows - j0));
+    const int h_valid = int(min(int64_t(kHeadTile), n_heads - h0));
+    q += h0 * d, rows += j0 * d;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int wm = warp % 4, wn = warp / 4;
+    ChunkStage<kHeadTile> q_stage;
+    ChunkStage<kRowTile> row_stage;
+    q_stage.load(q, d, h_valid, 0);
+    row_stage.load(rows, d, n_valid, 0);
+    double acc[2][WN][2] = {};
+    for (int64_t k0 = 0; k0 < d; k0 += kChunk) {
+        __syncthreads();  // the previous chunk is consumed
+        q_stage.store(sq);
+        row_stage.store(sr);
+        __syncthreads();
+        if (k0 + kChunk < d) {
+            q_stage.load(q, d, h_valid, k0 + kChunk);
+            row_stage.load(rows, d, n_valid, k0 + kChunk);
+        }
 #pragma unroll
-        for (int r = 0; r < kRowsPerBlock; ++r)
+        for (int ks = 0; ks < kChunk; ks += 4) {
+            double a[2], b[WN];
 #pragma unroll
-            for (int i = 0; i < kPerThread; ++i) {
-                const int c = int(threadIdx.x) + kThreads * i;
-                staged[r][i] = r < n && c < dd ? __ldg(rows + (j0 + r) * d + c) : 0.0f;
-            }
+            for (int fm = 0; fm < 2; ++fm) a[fm] = sq[16 * wm + 8 * fm + g][ks + c];
 #pragma unroll
-        for (int r = 0; r < kRowsPerBlock; ++r)
+            for (int fn = 0; fn < WN; ++fn) b[fn] = sr[8 * WN * wn + 8 * fn + g][ks + c];
 #pragma unroll
-            for (int i = 0; i < kPerThread; ++i) {
-                const int c = int(threadIdx.x) + kThreads * i;
-                if (r < n && c < dd) tile[r][c] = double(staged[r][i]);
+            for (int fm = 0; fm < 2; ++fm)
+#pragma unroll
+                for (int fn = 0; fn < WN; ++fn) dev::mma_f64(acc[fm][fn], a[fm], b[fn]);
+        }
+    }
+#pragma unroll
+    for (int fm = 0; fm < 2; ++fm) {
+        const int h = 16 * wm + 8 * fm + g;
+#pragma unroll
+        for (int fn = 0; fn < WN; ++fn)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int j = 8 * WN * wn + 8 * fn + 2 * c + i;
+                if (h < h_valid && j < n_valid)
+                    scores[(h0 + h) * n_rows + j0 + j] = static_cast<float>(acc[fm][fn][i]);
             }
     }
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t h = int64_t(blockIdx.y) * kWarps + warp;
-    const int nd = dd / 32;
-    double qv[kMaxDimsPerLane];
-#pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i)
-        qv[i] = i < nd && h < n_heads ? double(q[h * d + lane + 32 * i]) : 0.0;
-    __syncthreads();
-    if (h >= n_heads) return;
-    double acc[kRowsPerBlock];
-#pragma unroll
-    for (int r = 0; r < kRowsPerBlock; ++r) {
-        acc[r] = 0.0;
-#pragma unroll
-        for (int i = 0; i < kMaxDimsPerLane; ++i)
-            if (r < n && i < nd) acc[r] += qv[i] * tile[r][lane + 32 * i];  // exact products
-    }
-    const double v = reduce_scatter(acc, lane);
-    const int r = lane / (32 / kRowsPerBlock);
-    if (lane % (32 / kRowsPerBlock) == 0 && r < n)
-        scores[h * n_rows + j0 + r] = static_cast<float>(v);
+}
+
+template <int WN>
+void launch_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
+                   float *scores, cudaStream_t stream, const int64_t *n_rows_dev,
+                   AttentionTokens tokens) {
+    const dim3 grid(unsigned((n_rows + 16 * WN - 1) / (16 * WN)),
+                    unsigned((n_heads + kHeadTile - 1) / kHeadTile), unsigned(tokens.n));
+    launch_kernel(scores_kernel<WN>, grid, kThreads, 0, stream, q, rows, n_rows, n_heads, d, scores,
+                  n_rows_dev, tokens.word_stride);
 }
 
 constexpr int kMixThreads = kThreads;
@@ -105,13 +132,11 @@ constexpr int kMixStage = 8192;  // floats of rows staged at a time (32 KiB)
 // A block mixes 8 HPW heads (warp i: heads h0 + HPW i ..) for 32 W output dims (lane l: dims
 // d0 + l + 32 w, w < W): the grid is head groups x dim slices x tokens. Each block computes its
 // heads' max, e_j and denominators itself (the dim slices repeat that small work rather than
-// wait for one another): W = 1, HPW = 1 gives a one-token step 128 blocks; a batch takes W = 16
-// (a whole head of 512 a block, e computed once) and HPW = 2 (each staged value read serves two
-// heads: the shared-memory reads are the kernel's limit). A tile of rows at a time, the block
-// stages e (per head) and the rows' dims in shared memory, every thread loading its share at
-// once (the loads overlap), then each lane adds over the tile's rows in order, as on the CPU:
-// the denominator (by every lane of its head's warp: the same sum) and its output dims. W and
-// HPW change which lane computes an output, not its arithmetic.
+// wait for one another): W = 1, HPW = 1 gives a one-token step 128 blocks. A tile of rows at a
+// time, the block stages e (per head) and the rows' dims in shared memory, every thread loading
+// its share at once (the loads overlap), then each lane adds over the tile's rows in order, as
+// on the CPU: the denominator (by every lane of its head's warp: the same sum) and its output
+// dims. W and HPW change which lane computes an output, not its arithmetic.
 template <int W, int HPW>
 __global__ void __launch_bounds__(kMixThreads)
     mix_kernel(const float *__restrict__ scores, const float *__restrict__ rows, int64_t n_rows,
@@ -195,6 +220,117 @@ __global__ void __launch_bounds__(kMixThreads)
         }
 }
 
+// A batch's mix: a block takes 32 heads (warp w: heads 4 w .. 4 w + 3 of its group) and all d
+// <= 512 dims (lane l: dims 128 i + 4 l .. + 3, i < 4, so that a lane reads a row's values as
+// float4s and a warp's reads are one contiguous row). Rows come 32 at a time, staged with all of
+// a thread's float4 loads in flight at once; e_j of the warp's 4 heads is one float4 in shared
+// memory. Each output is the CPU's sum over rows in row order, as mix_kernel computes it (the
+// same operations; which lane computes an output differs).
+constexpr int kBatchHeads = 4, kBatchRows = 32, kBatchDims = 512;
+constexpr size_t kBatchSmem =
+    sizeof(float) * (kBatchRows * kBatchDims + kWarps * kBatchRows * kBatchHeads);
+
+__global__ void __launch_bounds__(kMixThreads, 2)
+    mix_batch_kernel(const float *__restrict__ scores, const float *__restrict__ rows,
+                     int64_t n_rows, const float *__restrict__ sinks, float scale, int64_t n_heads,
+                     int64_t d, float *__restrict__ o, const int64_t *__restrict__ n_rows_dev,
+                     int64_t word_stride) {
+    constexpr int HPW = kBatchHeads, kDimVecs = kBatchDims / 128;
+    dev::wait_for_previous_kernels();
+    {  // the token of a batch (AttentionTokens)
+        const int64_t t = blockIdx.y;
+        scores += t * n_heads * n_rows, rows += t * n_rows * d, o += t * n_heads * d;
+        if (n_rows_dev) n_rows_dev += t * word_stride;
+    }
+    if (n_rows_dev) n_rows = *n_rows_dev;
+    extern __shared__ float4 mix_smem[];
+    float4 *v = mix_smem;                                // [kBatchRows][kBatchDims / 4]
+    float4 *e = mix_smem + kBatchRows * kBatchDims / 4;  // [kWarps][kBatchRows]: 4 heads each
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t h0 = (int64_t(blockIdx.x) * kWarps + warp) * HPW;
+    const int dv = int(d / 4);                                                // float4s of a row
+    const int heads = int(max(int64_t(0), min(int64_t(HPW), n_heads - h0)));  // of this warp
+    const float *sc = scores + min(h0, n_heads - 1) * n_rows;  // head h0 + u at + u n_rows
+    float mx[HPW], den[HPW], acc[HPW][kDimVecs][4];
+#pragma unroll
+    for (int u = 0; u < HPW; ++u) {
+        // 1. m = max(sink, max_j s_j scale) (a max does not depend on the order).
+        mx[u] = u < heads ? sinks[h0 + u] : 0.0f;
+        if (u < heads)
+            for (int64_t j = lane; j < n_rows; j += 32) {
+                const float s = __fmul_rn(sc[u * n_rows + j], scale);
+                mx[u] = mx[u] < s ? s : mx[u];
+            }
+        for (int off = 16; off > 0; off /= 2) {
+            const float other = __shfl_xor_sync(0xffffffffu, mx[u], off);
+            mx[u] = mx[u] < other ? other : mx[u];
+        }
+        den[u] = u < heads ? dev::exp_f(__fsub_rn(sinks[h0 + u], mx[u])) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < kDimVecs; ++i)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) acc[u][i][k] = 0.0f;
+    }
+    // 2. per tile: e_j = exp(s_j scale - m) and the rows' values, then the sums in row order.
+    for (int64_t j0 = 0; j0 < n_rows; j0 += kBatchRows) {
+        const int n = int(min(int64_t(kBatchRows), n_rows - j0));
+        __syncthreads();  // the previous tile is consumed
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {  // 8 loads in flight a thread, twice
+            constexpr int kPerThread = kBatchRows * kBatchDims / 4 / kMixThreads / 2;
+            float4 staged[kPerThread];
+#pragma unroll
+            for (int p = 0; p < kPerThread; ++p) {
+                const int i = int(threadIdx.x) + kMixThreads * (p + kPerThread * part);
+                const int j = i / (kBatchDims / 4), c = i % (kBatchDims / 4);
+                staged[p] = j < n && c < dv
+                                ? __ldg(reinterpret_cast<const float4 *>(rows + (j0 + j) * d) + c)
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int p = 0; p < kPerThread; ++p)
+                v[int(threadIdx.x) + kMixThreads * (p + kPerThread * part)] = staged[p];
+        }
+        if (lane < n) {
+            float ej[HPW];
+#pragma unroll
+            for (int u = 0; u < HPW; ++u)
+                ej[u] =
+                    u < heads
+                        ? dev::exp_f(__fsub_rn(__fmul_rn(sc[u * n_rows + j0 + lane], scale), mx[u]))
+                        : 0.0f;
+            e[warp * kBatchRows + lane] = make_float4(ej[0], ej[1], ej[2], ej[3]);
+        }
+        __syncthreads();
+        if (heads > 0)
+            for (int j = 0; j < n; ++j) {
+                const float4 e4 = e[warp * kBatchRows + j];
+                const float ej[HPW] = {e4.x, e4.y, e4.z, e4.w};
+#pragma unroll
+                for (int u = 0; u < HPW; ++u) den[u] = __fadd_rn(den[u], ej[u]);
+#pragma unroll
+                for (int i = 0; i < kDimVecs; ++i) {
+                    const float4 x4 = v[j * (kBatchDims / 4) + 32 * i + lane];
+                    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+                    for (int u = 0; u < HPW; ++u)
+#pragma unroll
+                        for (int k = 0; k < 4; ++k)
+                            acc[u][i][k] = __fadd_rn(acc[u][i][k], __fmul_rn(ej[u], x[k]));
+                }
+            }
+    }
+#pragma unroll
+    for (int u = 0; u < HPW; ++u)
+#pragma unroll
+        for (int i = 0; i < kDimVecs; ++i)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int64_t dim = 4 * (32 * i + lane) + k;
+                if (u < heads && dim < d) o[(h0 + u) * d + dim] = __fdiv_rn(acc[u][i][k], den[u]);
+            }
+}
+
 template <int W, int HPW>
 void launch_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks, float scale,
                 int64_t n_heads, int64_t d, float *o, cudaStream_t stream,
@@ -210,15 +346,15 @@ void launch_mix(float *scores, const float *rows, int64_t n_rows, const float *s
 void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
                       float *scores, cudaStream_t stream, const int64_t *n_rows_dev,
                       AttentionTokens tokens) {
-    if (d % 32 != 0 || d > 512)
-        throw ds4::Error("attention_scores: head size must be a multiple of 32, at most 512");
+    if (d % 32 != 0) throw ds4::Error("attention_scores: head size must be a multiple of 32");
     if (tokens.n < 1 || tokens.n > 65535)
         throw ds4::Error("attention_scores: 1 to 65535 tokens a launch");
     if (n_rows == 0 || n_heads == 0) return;
-    const dim3 grid(unsigned((n_rows + kRowsPerBlock - 1) / kRowsPerBlock),
-                    unsigned((n_heads + kWarps - 1) / kWarps), unsigned(tokens.n));
-    launch_kernel(scores_kernel, grid, kThreads, 0, stream, q, rows, n_rows, n_heads, d, scores,
-                  n_rows_dev, tokens.word_stride);
+    // One token wants many blocks (16 rows each); a batch has them and reads q less often.
+    if (tokens.n >= 4)
+        launch_scores<4>(q, rows, n_rows, n_heads, d, scores, stream, n_rows_dev, tokens);
+    else
+        launch_scores<1>(q, rows, n_rows, n_heads, d, scores, stream, n_rows_dev, tokens);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -230,15 +366,24 @@ void attention_mix(float *scores, const float *rows, int64_t n_rows, const float
         throw ds4::Error("attention_mix: 1 to 65535 tokens a launch");
     if (n_heads == 0) return;
     // A batch has blocks enough with whole heads; one token wants the dim slices.
-    if (tokens.n >= 4 && d > 256)
-        launch_mix<16, 2>(scores, rows, n_rows, sinks, scale, n_heads, d, o, stream, n_rows_dev,
-                          tokens);
-    else if (tokens.n >= 4 && d > 64)
+    if (tokens.n >= 4 && d > 256 && d <= kBatchDims && d % 4 == 0) {
+        static const bool sized = [] {  // more shared memory than a static array may have
+            DS4_CUDA_CHECK(cudaFuncSetAttribute(
+                mix_batch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBatchSmem)));
+            return true;
+        }();
+        (void)sized;
+        const dim3 grid(unsigned((n_heads + kWarps * kBatchHeads - 1) / (kWarps * kBatchHeads)),
+                        unsigned(tokens.n));
+        launch_kernel(mix_batch_kernel, grid, kMixThreads, kBatchSmem, stream, scores, rows, n_rows,
+                      sinks, scale, n_heads, d, o, n_rows_dev, tokens.word_stride);
+    } else if (tokens.n >= 4 && d > 64) {
         launch_mix<4, 2>(scores, rows, n_rows, sinks, scale, n_heads, d, o, stream, n_rows_dev,
                          tokens);
-    else
+    } else {
         launch_mix<1, 1>(scores, rows, n_rows, sinks, scale, n_heads, d, o, stream, n_rows_dev,
                          tokens);
+    }
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -3,8 +3,9 @@
 // attend with backend/cpu/attention_mix.h): H query heads of d values against n_rows visible
 // rows (K = V = the row: the raw window, then the selected compressed rows).
 //   attention_scores: scores[h][j] = f32(sum_i q[h][i] rows[j][i]), exact double products summed
-//     in double (the F32 vec_dot of the CPU), so equal to one f32 ulp but for heavy
-//     cancellation;
+//     in double (the F32 vec_dot of the CPU) on the double-precision tensor cores, four dims a
+//     step in dim order, so equal to one f32 ulp but for heavy cancellation, and a batch's
+//     scores a one-token launch's bits;
 //   attention_mix: per head, the CPU's attention_mix_head: scores scaled in place, the sink in
 //     the denominator only, e_j and the sums over rows in row order, unfused, so the only
 //     difference is exp (double, rounded to f32, against the CPU's f32 libm call).
@@ -24,7 +25,7 @@ struct AttentionTokens {
 };
 
 // q: [n_heads][d]; rows: [n_rows][d]; scores: [n_heads][n_rows] (all device). d a multiple of
-// 32, at most 512.
+// 32; q and rows 16-byte aligned.
 // n_rows_dev (device, optional): the row count read on the device, at most n_rows (which then
 // only sizes the grid), for a step captured once and replayed at every position.
 void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,

@@ -63,6 +63,97 @@ __global__ void __launch_bounds__(kScoreThreads)
     }
 }
 
+// The same scores with a register tile (the shape of Flash's indexer: at most 64 heads, a head
+// size that is a multiple of 4, at most 128): thread t holds the dot products of heads t % 16 +
+// 16 u (u < 4) with rows t / 16 + 16 v (v < 4) of a 64-row tile, reading q and the rows as
+// float4s (8 shared-memory reads for 64 products, not 128). Each dot product is still the
+// sequential f32 sum over j of its own; then the products go to shared memory and thread r adds
+// its row's in head order, as above. q rows are padded to head_dim + 4 floats when head_dim is a
+// multiple of 8 (a quarter warp's 8 heads then read 8 different bank groups).
+constexpr int kTiledHeads = 64, kTiledRows = 64, kTiledMaxDim = 128;
+
+__host__ __device__ constexpr int tiled_stride(int head_dim) {
+    return head_dim % 8 == 0 ? head_dim + 4 : head_dim;
+}
+__host__ __device__ constexpr size_t tiled_smem_floats(int head_dim) {
+    return size_t(kTiledHeads + kTiledRows) * size_t(tiled_stride(head_dim)) + kTiledHeads +
+           size_t(kTiledRows) * (kTiledHeads + 1);
+}
+
+__global__ void __launch_bounds__(kScoreThreads)
+    indexer_scores_tiled_kernel(const float *__restrict__ q, const float *__restrict__ w,
+                                float wscale, const float *__restrict__ rows, int64_t n_rows,
+                                int n_heads, int head_dim, float *__restrict__ score,
+                                const int64_t *__restrict__ n_rows_dev, int64_t word_stride) {
+    dev::wait_for_previous_kernels();
+    {  // the token of a batch (IndexerTokens)
+        const int64_t tok = blockIdx.y;
+        q += tok * n_heads * head_dim, w += tok * n_heads, score += tok * n_rows;
+        if (n_rows_dev) n_rows_dev += tok * word_stride;
+    }
+    if (n_rows_dev) n_rows = *n_rows_dev;
+    extern __shared__ float4 tiled_smem[];
+    const int H = n_heads, I = head_dim, S = tiled_stride(I), p_stride = kTiledHeads + 1;
+    float *sq = reinterpret_cast<float *>(tiled_smem);  // [64][S], heads >= H zero
+    float *srows = sq + kTiledHeads * S;                // [64][S]
+    float *sw = srows + kTiledRows * S;                 // [64]
+    float *sprod = sw + kTiledHeads;                    // [64][65]
+    const int t = threadIdx.x, hg = t % 16, rg = t / 16;
+    for (int i = t; i < kTiledHeads * I; i += kScoreThreads)
+        sq[(i / I) * S + i % I] = i < H * I ? q[i] : 0.0f;
+    for (int h = t; h < H; h += kScoreThreads) sw[h] = __fmul_rn(w[h], wscale);
+    const int64_t n_tiles = (n_rows + kTiledRows - 1) / kTiledRows;
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const int64_t row0 = tile * kTiledRows;
+        const int tile_rows = int(min(int64_t(kTiledRows), n_rows - row0));
+        __syncthreads();  // q and w' staged; the previous tile's rows and products consumed
+        for (int i = t; i < kTiledRows * I / 4; i += kScoreThreads) {
+            const int r = i / (I / 4), c = 4 * (i % (I / 4));
+            const float4 v =
+                r < tile_rows ? __ldg(reinterpret_cast<const float4 *>(rows + (row0 + r) * I + c))
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            *reinterpret_cast<float4 *>(srows + r * S + c) = v;
+        }
+        __syncthreads();
+        float dot[4][4] = {};
+        for (int j = 0; j < I; j += 4) {
+            float4 qv[4], kv[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                qv[u] = *reinterpret_cast<const float4 *>(sq + (hg + 16 * u) * S + j);
+#pragma unroll
+            for (int v = 0; v < 4; ++v)
+                kv[v] = *reinterpret_cast<const float4 *>(srows + (rg + 16 * v) * S + j);
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) {
+                    float x = dot[u][v];
+                    x = __fadd_rn(x, __fmul_rn(qv[u].x, kv[v].x));
+                    x = __fadd_rn(x, __fmul_rn(qv[u].y, kv[v].y));
+                    x = __fadd_rn(x, __fmul_rn(qv[u].z, kv[v].z));
+                    dot[u][v] = __fadd_rn(x, __fmul_rn(qv[u].w, kv[v].w));
+                }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const int h = hg + 16 * u;
+                // std::max(dot, 0.0f) is (dot < 0) ? 0 : dot (a NaN stays a NaN)
+                if (h < H)
+                    sprod[(rg + 16 * v) * p_stride + h] =
+                        __fmul_rn(dot[u][v] < 0.0f ? 0.0f : dot[u][v], sw[h]);
+            }
+        __syncthreads();
+        if (t < tile_rows) {
+            float acc = 0.0f;
+            for (int i = 0; i < H; ++i) acc = __fadd_rn(acc, sprod[t * p_stride + i]);
+            score[row0 + t] = acc;
+        }
+    }
+}
+
 constexpr int kTopKThreads = 1024, kTopKWarps = kTopKThreads / 32;
 
 // An order-preserving map of the (non-NaN) floats to unsigned integers: a larger float has a
@@ -173,12 +264,32 @@ void indexer_scores(const float *q, const float *w, float wscale, const float *r
     if (n_rows <= 0) return;
     if (n_heads <= 0 || n_heads > kScoreThreads || head_dim <= 0)
         throw ds4::Error("indexer_scores: needs 1 to 256 heads of at least one value");
+    const int64_t n_tiles = (n_rows + kTileRows - 1) / kTileRows;
+    if (n_heads <= kTiledHeads && head_dim % 4 == 0 && head_dim <= kTiledMaxDim) {
+        constexpr size_t kSmem = tiled_smem_floats(kTiledMaxDim) * sizeof(float);
+        static const bool sized = [] {  // more shared memory than a static array may have
+            DS4_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_tiled_kernel,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                int(kSmem)));
+            return true;
+        }();
+        (void)sized;
+        // A block per token and several tiles each when a batch has blocks enough (q is
+        // staged once per block).
+        const int64_t tiles = (n_rows + kTiledRows - 1) / kTiledRows;
+        const int64_t per_token = std::max<int64_t>(1, kScoreBlocks / tokens.n);
+        const dim3 grid(unsigned(std::min(tiles, per_token)), unsigned(tokens.n));
+        launch_kernel(indexer_scores_tiled_kernel, grid, kScoreThreads,
+                      tiled_smem_floats(head_dim) * sizeof(float), stream, q, w, wscale, rows,
+                      n_rows, n_heads, head_dim, score, n_rows_dev, tokens.word_stride);
+        DS4_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     const size_t smem = (size_t(n_heads) * size_t(head_dim + 1) + size_t(n_heads) +
                          size_t(kTileRows) * size_t(head_dim + n_heads + 1)) *
                         sizeof(float);
     if (smem > kMaxScoreSmem)
         throw ds4::Error("indexer_scores: n_heads x head_dim does not fit 48 KiB of shared memory");
-    const int64_t n_tiles = (n_rows + kTileRows - 1) / kTileRows;
     const dim3 grid(unsigned(std::min(n_tiles, kScoreBlocks)), unsigned(tokens.n));
     launch_kernel(indexer_scores_kernel, grid, kScoreThreads, smem, stream, q, w, wscale, rows,
                   n_rows, n_heads, head_dim, score, n_rows_dev, tokens.word_stride);

@@ -5,11 +5,13 @@
 //                    product over j and the sum over h in f32 and in index order, every product
 //                    and addition rounded on its own (__fmul_rn / __fadd_rn: nvcc cannot fuse
 //                    them), so the same operations in the same order as the CPU: equal bits.
-//                    The dot products of one row run in parallel over heads (each a sequential
-//                    f32 sum of its own), the sum over heads of a row on one thread. q (padded
-//                    rows, no bank conflicts), w' and a tile of 16 rows are staged in shared
-//                    memory: n_heads (head_dim + 1) + n_heads + 16 (head_dim + n_heads + 1)
-//                    floats, at most 48 KiB (44.6 KiB for Flash's 64 heads of 128).
+//                    The dot products run in parallel (each a sequential f32 sum of its own),
+//                    the sum over heads of a row on one thread. Up to 64 heads of a multiple of
+//                    4 values, at most 128 (Flash's 64 x 128): a thread keeps 4 heads x 4 rows
+//                    of a 64-row tile in registers (q, the tile and the products in 84.5 KiB of
+//                    shared memory). Otherwise one head's dot a thread, q (padded rows), w' and
+//                    a tile of 16 rows in n_heads (head_dim + 1) + n_heads + 16 (head_dim +
+//                    n_heads + 1) floats, at most 48 KiB.
 //   top_k_ascending  the same set as the CPU's (std::partial_sort, a larger score first, the
 //                    lower index on ties), written in ascending index order. Exact: an MSB-first
 //                    radix select over the scores' order-preserving 32-bit keys (4 histogram

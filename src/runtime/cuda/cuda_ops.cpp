@@ -817,7 +817,8 @@ void CudaOps::select_rows(uint32_t il, const AttentionInputs &in, int64_t t0, in
     if (!in.idx_q) return;  // no token of the batch selects (runtime/attention.cpp)
     // runtime/indexer.cpp indexer_select, used where count > top_k; token t's ids at
     // selected_ + t top_k.
-    const ProfileScope scope(profile_, s_, "attn indexer select");
+    std::optional<ProfileScope> scope;
+    scope.emplace(profile_, s_, "attn indexer scores");
     const int64_t I = hp.idx_head_dim, IH = hp.n_idx_head, stride = int64_t(step_words());
     float *iq = in.idx_q + t0 * IH * I;
     cuda::RowFinish fi;  // RoPE and the indexer's rounding, in place
@@ -837,6 +838,8 @@ void CudaOps::select_rows(uint32_t il, const AttentionInputs &in, int64_t t0, in
     const cuda::IndexerTokens tokens{int(n), stride};
     cuda::indexer_scores(iq, in.idx_w + t0 * IH, wscale, kv_[il].idx.as<float>(), cap, int(IH),
                          int(I), idx_scores_.as<float>(), s_, count, tokens);
+    scope.reset();
+    const ProfileScope topk_scope(profile_, s_, "attn indexer top-k");
     cuda::top_k_ascending(idx_scores_.as<float>(), cap, hp.idx_top_k,
                           selected_.as<int32_t>() + t0 * hp.idx_top_k, topk_scratch_.get(), s_,
                           count, tokens);
