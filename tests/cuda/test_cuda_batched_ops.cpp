@@ -531,83 +531,91 @@ TEST(CudaBatchedAttention, IndexerScoresAndTopKOverTokensAreEachTokens) {
 
 TEST(CudaBatchedAttention, CompressorOverTokensIsTokenByToken) {
     DS4_REQUIRE_CUDA_DEVICE();
-    constexpr int64_t kD = 128, kRot = 64, kTokens = 23, kTable = 16, kP0 = 5;
+    constexpr int64_t kD = 128, kRot = 64, kTable = 16;
     const auto f =
         backend::cpu::RopeFreqs::yarn(uint32_t(kRot), 160000.0, 16.0, 65536.0, 32.0, 1.0);
     const DeviceBuffer freqs = to_device(f.f);
     const auto norm_w = random_floats(kD, 91, 1.0f);
     const DeviceBuffer dnorm = to_device(norm_w);
-    for (const auto &[ratio, overlap] : {std::pair{4, true}, std::pair{16, false}}) {
-        const int64_t width = overlap ? 2 * kD : kD, rows = overlap ? 2 * ratio : ratio;
-        const auto kv = random_floats(kTokens * width, 92 + ratio, 2.0f);
-        const auto score = random_floats(kTokens * width, 93 + ratio, 2.0f);
-        const auto ape = random_floats(ratio * width, 94 + ratio, 0.5f);
-        // A window state already part-filled (the batch starts at position kP0).
-        auto state_kv0 = random_floats(rows * width, 95, 2.0f);
-        auto state_score0 = random_floats(rows * width, 96, 2.0f);
-        for (int64_t i = 0; i < width; ++i) state_score0[size_t(i)] = -INFINITY;  // a row unwritten
-        // words per token: {phase, completes (row index or -1), pooled row position}
-        std::vector<int64_t> words(kTokens * kWordStride, 0);
-        for (int64_t t = 0; t < kTokens; ++t) {
-            const int64_t p = kP0 + t;
-            words[size_t(t * kWordStride)] = p % ratio;
-            words[size_t(t * kWordStride + 1)] = (p + 1) % ratio == 0 ? ((p + 1) / ratio - 1) : -1;
-            words[size_t(t * kWordStride + 2)] = p + 1 - ratio;
-        }
-        const DeviceBuffer dkv = to_device(kv), dscore = to_device(score), dape = to_device(ape),
-                           dwords = to_device(words);
-        cuda::RowFinish base;
-        base.d = kD;
-        base.norm_w = dnorm.as<float>();
-        base.eps = 1e-6f;
-        base.freqs = freqs.as<double>();
-        base.n_freq = kRot / 2;
-        base.rounding = RowRounding::Fp8;
-        base.n_fp8 = kD - kRot;
-        base.f16 = true;
-        // Token by token.
-        DeviceBuffer skv1 = to_device(state_kv0), ssc1 = to_device(state_score0),
-                     table1 = to_device(test::poison_floats(kTable * kD));
-        for (int64_t t = 0; t < kTokens; ++t) {
-            const int64_t *w = dwords.as<int64_t>() + t * kWordStride;
-            compressor_push_step(dkv.as<float>() + t * width, dscore.as<float>() + t * width,
-                                 dape.as<float>(), width, w, overlap ? ratio : 0, skv1.as<float>(),
-                                 ssc1.as<float>(), nullptr);
+    // (first position, tokens): mid-window starts, a start at phase 0 of ratio 4, a batch
+    // shorter than a window (ratio 16: no completion), one that completes nothing at all.
+    for (const auto &[kP0, kTokens] : {std::pair<int64_t, int64_t>{5, 23}, {8, 23}, {5, 3}, {1, 2}})
+        for (const auto &[ratio, overlap] : {std::pair{4, true}, std::pair{16, false}}) {
+            const int64_t width = overlap ? 2 * kD : kD, rows = overlap ? 2 * ratio : ratio;
+            const auto kv = random_floats(kTokens * width, 92 + ratio, 2.0f);
+            const auto score = random_floats(kTokens * width, 93 + ratio, 2.0f);
+            const auto ape = random_floats(ratio * width, 94 + ratio, 0.5f);
+            // A window state already part-filled (the batch starts at position kP0).
+            auto state_kv0 = random_floats(rows * width, 95, 2.0f);
+            auto state_score0 = random_floats(rows * width, 96, 2.0f);
+            for (int64_t i = 0; i < width; ++i)
+                state_score0[size_t(i)] = -INFINITY;  // a row unwritten
+            // words per token: {phase, completes (row index or -1), pooled row position}
+            std::vector<int64_t> words(kTokens * kWordStride, 0);
+            for (int64_t t = 0; t < kTokens; ++t) {
+                const int64_t p = kP0 + t;
+                words[size_t(t * kWordStride)] = p % ratio;
+                words[size_t(t * kWordStride + 1)] =
+                    (p + 1) % ratio == 0 ? ((p + 1) / ratio - 1) : -1;
+                words[size_t(t * kWordStride + 2)] = p + 1 - ratio;
+            }
+            const DeviceBuffer dkv = to_device(kv), dscore = to_device(score),
+                               dape = to_device(ape), dwords = to_device(words);
+            cuda::RowFinish base;
+            base.d = kD;
+            base.norm_w = dnorm.as<float>();
+            base.eps = 1e-6f;
+            base.freqs = freqs.as<double>();
+            base.n_freq = kRot / 2;
+            base.rounding = RowRounding::Fp8;
+            base.n_fp8 = kD - kRot;
+            base.f16 = true;
+            // Token by token.
+            DeviceBuffer skv1 = to_device(state_kv0), ssc1 = to_device(state_score0),
+                         table1 = to_device(test::poison_floats(kTable * kD));
+            for (int64_t t = 0; t < kTokens; ++t) {
+                const int64_t *w = dwords.as<int64_t>() + t * kWordStride;
+                compressor_push_step(dkv.as<float>() + t * width, dscore.as<float>() + t * width,
+                                     dape.as<float>(), width, w, overlap ? ratio : 0,
+                                     skv1.as<float>(), ssc1.as<float>(), nullptr);
+                cuda::RowFinish r = base;
+                r.state_kv = skv1.as<float>(), r.state_score = ssc1.as<float>();
+                r.ratio = ratio, r.overlap = overlap, r.width = width;
+                r.pos = w + 2, r.index = w + 1, r.table = table1.as<float>();
+                row_finish(r, nullptr);
+                if (overlap)
+                    compressor_shift_if(skv1.as<float>(), ssc1.as<float>(), ratio, width, w + 1,
+                                        nullptr);
+            }
+            // The batch.
+            DeviceBuffer skv2 = to_device(state_kv0), ssc2 = to_device(state_score0),
+                         table2 = to_device(test::poison_floats(kTable * kD)),
+                         pooled = to_device(test::poison_floats(kTokens * kD));
+            compressor_batch(dkv.as<float>(), dscore.as<float>(), dape.as<float>(), kD, width,
+                             ratio, overlap, overlap ? ratio : 0, dwords.as<int64_t>(),
+                             int(kTokens), skv2.as<float>(), ssc2.as<float>(), pooled.as<float>(),
+                             nullptr);
+            const int64_t first = (ratio - (kP0 + 1) % ratio) % ratio;
             cuda::RowFinish r = base;
-            r.state_kv = skv1.as<float>(), r.state_score = ssc1.as<float>();
-            r.ratio = ratio, r.overlap = overlap, r.width = width;
-            r.pos = w + 2, r.index = w + 1, r.table = table1.as<float>();
+            r.rows = pooled.as<float>();
+            r.n_rows = first < kTokens ? (kTokens - 1 - first) / ratio + 1 : 0;
+            r.pos = dwords.as<int64_t>() + first * kWordStride + 2;
+            r.index = dwords.as<int64_t>() + first * kWordStride + 1;
+            r.rows_per_token = 1, r.word_stride = ratio * kWordStride, r.table = table2.as<float>();
             row_finish(r, nullptr);
-            if (overlap)
-                compressor_shift_if(skv1.as<float>(), ssc1.as<float>(), ratio, width, w + 1,
-                                    nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const size_t n_state = size_t(rows * width);
+            ASSERT_TRUE(same_bits(to_host<float>(skv1, n_state), to_host<float>(skv2, n_state)))
+                << "window values, ratio " << ratio << ", from " << kP0 << ", " << kTokens
+                << " tokens";
+            ASSERT_TRUE(same_bits(to_host<float>(ssc1, n_state), to_host<float>(ssc2, n_state)))
+                << "window scores, ratio " << ratio << ", from " << kP0 << ", " << kTokens
+                << " tokens";
+            ASSERT_TRUE(
+                same_bits(to_host<float>(table1, kTable * kD), to_host<float>(table2, kTable * kD)))
+                << "pooled rows, ratio " << ratio << ", from " << kP0 << ", " << kTokens
+                << " tokens";
         }
-        // The batch.
-        DeviceBuffer skv2 = to_device(state_kv0), ssc2 = to_device(state_score0),
-                     table2 = to_device(test::poison_floats(kTable * kD)),
-                     pooled = to_device(test::poison_floats(kTokens * kD));
-        compressor_batch(dkv.as<float>(), dscore.as<float>(), dape.as<float>(), kD, width, ratio,
-                         overlap, overlap ? ratio : 0, dwords.as<int64_t>(),
-                         dwords.as<int64_t>() + 1, kWordStride, int(kTokens), skv2.as<float>(),
-                         ssc2.as<float>(), pooled.as<float>(), nullptr);
-        const int64_t first = (ratio - (kP0 + 1) % ratio) % ratio;
-        cuda::RowFinish r = base;
-        r.rows = pooled.as<float>();
-        r.n_rows = (kTokens - 1 - first) / ratio + 1;
-        r.pos = dwords.as<int64_t>() + first * kWordStride + 2;
-        r.index = dwords.as<int64_t>() + first * kWordStride + 1;
-        r.rows_per_token = 1, r.word_stride = ratio * kWordStride, r.table = table2.as<float>();
-        row_finish(r, nullptr);
-        DS4_CUDA_CHECK(cudaDeviceSynchronize());
-        const size_t n_state = size_t(rows * width);
-        ASSERT_TRUE(same_bits(to_host<float>(skv1, n_state), to_host<float>(skv2, n_state)))
-            << "window values, ratio " << ratio;
-        ASSERT_TRUE(same_bits(to_host<float>(ssc1, n_state), to_host<float>(ssc2, n_state)))
-            << "window scores, ratio " << ratio;
-        ASSERT_TRUE(
-            same_bits(to_host<float>(table1, kTable * kD), to_host<float>(table2, kTable * kD)))
-            << "pooled rows, ratio " << ratio;
-    }
 }
 
 }  // namespace

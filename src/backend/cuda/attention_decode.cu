@@ -220,22 +220,25 @@ __global__ void __launch_bounds__(kMixThreads)
         }
 }
 
-// A batch's mix: a block takes 32 heads (warp w: heads 4 w .. 4 w + 3 of its group) and all d
-// <= 512 dims (lane l: dims 128 i + 4 l .. + 3, i < 4, so that a lane reads a row's values as
-// float4s and a warp's reads are one contiguous row). Rows come 32 at a time, staged with all of
-// a thread's float4 loads in flight at once; e_j of the warp's 4 heads is one float4 in shared
-// memory. Each output is the CPU's sum over rows in row order, as mix_kernel computes it (the
-// same operations; which lane computes an output differs).
-constexpr int kBatchHeads = 4, kBatchRows = 32, kBatchDims = 512;
+// A batch's mix: a block takes 32 heads and all d <= 512 dims. Warp w computes the 8 heads
+// 8 (w / 2) .. + 7 of the block's for the dims of half w % 2 (lane l: dims 256 (w % 2) + 128 i
+// + 4 l .. + 3, i < 2, so that a lane reads a row's values as float4s and each instruction of a
+// warp reads 512 contiguous bytes); each value read serves 8 heads (the float adds and
+// multiplies, not shared memory, are then the limit). Rows come 32 at a time, staged with 8 of
+// a thread's float4 loads in flight at once; e_j of the 8 heads is two float4s in shared memory
+// (the two warps of a head group compute 4 heads each). Each output is the CPU's sum over rows in
+// row order, as mix_kernel computes it (the same operations; which lane computes an output
+// differs).
+constexpr int kBatchHeads = 8, kBatchRows = 32, kBatchDims = 512;
 constexpr size_t kBatchSmem =
-    sizeof(float) * (kBatchRows * kBatchDims + kWarps * kBatchRows * kBatchHeads);
+    sizeof(float) * (kBatchRows * kBatchDims + kWarps / 2 * kBatchRows * kBatchHeads);
 
 __global__ void __launch_bounds__(kMixThreads, 2)
     mix_batch_kernel(const float *__restrict__ scores, const float *__restrict__ rows,
                      int64_t n_rows, const float *__restrict__ sinks, float scale, int64_t n_heads,
                      int64_t d, float *__restrict__ o, const int64_t *__restrict__ n_rows_dev,
                      int64_t word_stride) {
-    constexpr int HPW = kBatchHeads, kDimVecs = kBatchDims / 128;
+    constexpr int HPW = kBatchHeads, kDimVecs = kBatchDims / 256, kRowVecs = kBatchDims / 4;
     dev::wait_for_previous_kernels();
     {  // the token of a batch (AttentionTokens)
         const int64_t t = blockIdx.y;
@@ -244,28 +247,30 @@ __global__ void __launch_bounds__(kMixThreads, 2)
     }
     if (n_rows_dev) n_rows = *n_rows_dev;
     extern __shared__ float4 mix_smem[];
-    float4 *v = mix_smem;                                // [kBatchRows][kBatchDims / 4]
-    float4 *e = mix_smem + kBatchRows * kBatchDims / 4;  // [kWarps][kBatchRows]: 4 heads each
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t h0 = (int64_t(blockIdx.x) * kWarps + warp) * HPW;
+    float4 *v = mix_smem;                          // [kBatchRows][kRowVecs]
+    float4 *e = mix_smem + kBatchRows * kRowVecs;  // [head group][kBatchRows][2]: 8 heads each
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 2, half = warp % 2;
+    const int64_t h0 = (int64_t(blockIdx.x) * (kWarps / 2) + group) * HPW;
     const int dv = int(d / 4);                                                // float4s of a row
     const int heads = int(max(int64_t(0), min(int64_t(HPW), n_heads - h0)));  // of this warp
     const float *sc = scores + min(h0, n_heads - 1) * n_rows;  // head h0 + u at + u n_rows
-    float mx[HPW], den[HPW], acc[HPW][kDimVecs][4];
+    float den[HPW], acc[HPW][kDimVecs][4];
+    float mx[HPW / 2];  // of the 4 heads whose e this warp computes: 4 half + u
 #pragma unroll
     for (int u = 0; u < HPW; ++u) {
         // 1. m = max(sink, max_j s_j scale) (a max does not depend on the order).
-        mx[u] = u < heads ? sinks[h0 + u] : 0.0f;
+        float m = u < heads ? sinks[h0 + u] : 0.0f;
         if (u < heads)
             for (int64_t j = lane; j < n_rows; j += 32) {
                 const float s = __fmul_rn(sc[u * n_rows + j], scale);
-                mx[u] = mx[u] < s ? s : mx[u];
+                m = m < s ? s : m;
             }
         for (int off = 16; off > 0; off /= 2) {
-            const float other = __shfl_xor_sync(0xffffffffu, mx[u], off);
-            mx[u] = mx[u] < other ? other : mx[u];
+            const float other = __shfl_xor_sync(0xffffffffu, m, off);
+            m = m < other ? other : m;
         }
-        den[u] = u < heads ? dev::exp_f(__fsub_rn(sinks[h0 + u], mx[u])) : 0.0f;
+        if (u / 4 == half) mx[u % 4] = m;
+        den[u] = u < heads ? dev::exp_f(__fsub_rn(sinks[h0 + u], m)) : 0.0f;
 #pragma unroll
         for (int i = 0; i < kDimVecs; ++i)
 #pragma unroll
@@ -277,12 +282,12 @@ __global__ void __launch_bounds__(kMixThreads, 2)
         __syncthreads();  // the previous tile is consumed
 #pragma unroll
         for (int part = 0; part < 2; ++part) {  // 8 loads in flight a thread, twice
-            constexpr int kPerThread = kBatchRows * kBatchDims / 4 / kMixThreads / 2;
+            constexpr int kPerThread = kBatchRows * kRowVecs / kMixThreads / 2;
             float4 staged[kPerThread];
 #pragma unroll
             for (int p = 0; p < kPerThread; ++p) {
                 const int i = int(threadIdx.x) + kMixThreads * (p + kPerThread * part);
-                const int j = i / (kBatchDims / 4), c = i % (kBatchDims / 4);
+                const int j = i / kRowVecs, c = i % kRowVecs;
                 staged[p] = j < n && c < dv
                                 ? __ldg(reinterpret_cast<const float4 *>(rows + (j0 + j) * d) + c)
                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -292,25 +297,28 @@ __global__ void __launch_bounds__(kMixThreads, 2)
                 v[int(threadIdx.x) + kMixThreads * (p + kPerThread * part)] = staged[p];
         }
         if (lane < n) {
-            float ej[HPW];
+            float ej[4];
 #pragma unroll
-            for (int u = 0; u < HPW; ++u)
+            for (int u = 0; u < 4; ++u) {
+                const int h = 4 * half + u;
                 ej[u] =
-                    u < heads
-                        ? dev::exp_f(__fsub_rn(__fmul_rn(sc[u * n_rows + j0 + lane], scale), mx[u]))
+                    h < heads
+                        ? dev::exp_f(__fsub_rn(__fmul_rn(sc[h * n_rows + j0 + lane], scale), mx[u]))
                         : 0.0f;
-            e[warp * kBatchRows + lane] = make_float4(ej[0], ej[1], ej[2], ej[3]);
+            }
+            e[(group * kBatchRows + lane) * 2 + half] = make_float4(ej[0], ej[1], ej[2], ej[3]);
         }
         __syncthreads();
         if (heads > 0)
             for (int j = 0; j < n; ++j) {
-                const float4 e4 = e[warp * kBatchRows + j];
-                const float ej[HPW] = {e4.x, e4.y, e4.z, e4.w};
+                const float4 ea = e[(group * kBatchRows + j) * 2],
+                             eb = e[(group * kBatchRows + j) * 2 + 1];
+                const float ej[HPW] = {ea.x, ea.y, ea.z, ea.w, eb.x, eb.y, eb.z, eb.w};
 #pragma unroll
                 for (int u = 0; u < HPW; ++u) den[u] = __fadd_rn(den[u], ej[u]);
 #pragma unroll
                 for (int i = 0; i < kDimVecs; ++i) {
-                    const float4 x4 = v[j * (kBatchDims / 4) + 32 * i + lane];
+                    const float4 x4 = v[j * kRowVecs + 64 * half + 32 * i + lane];
                     const float x[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
                     for (int u = 0; u < HPW; ++u)
@@ -326,7 +334,7 @@ __global__ void __launch_bounds__(kMixThreads, 2)
         for (int i = 0; i < kDimVecs; ++i)
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-                const int64_t dim = 4 * (32 * i + lane) + k;
+                const int64_t dim = 4 * (64 * half + 32 * i + lane) + k;
                 if (u < heads && dim < d) o[(h0 + u) * d + dim] = __fdiv_rn(acc[u][i][k], den[u]);
             }
 }
@@ -373,8 +381,8 @@ void attention_mix(float *scores, const float *rows, int64_t n_rows, const float
             return true;
         }();
         (void)sized;
-        const dim3 grid(unsigned((n_heads + kWarps * kBatchHeads - 1) / (kWarps * kBatchHeads)),
-                        unsigned(tokens.n));
+        constexpr int64_t kBlockHeads = kWarps / 2 * kBatchHeads;
+        const dim3 grid(unsigned((n_heads + kBlockHeads - 1) / kBlockHeads), unsigned(tokens.n));
         launch_kernel(mix_batch_kernel, grid, kMixThreads, kBatchSmem, stream, scores, rows, n_rows,
                       sinks, scale, n_heads, d, o, n_rows_dev, tokens.word_stride);
     } else if (tokens.n >= 4 && d > 64) {

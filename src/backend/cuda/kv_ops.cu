@@ -89,52 +89,106 @@ __global__ void compressor_shift_kernel(float *__restrict__ kv, float *__restric
     score[i] = score[n + i];
 }
 
-// compressor_batch: thread j pushes, pools and shifts its columns token by token.
-__global__ void compressor_batch_kernel(
+// compressor_batch, in parallel. Windows are aligned: batch token u has phase (p0 + u) % r (p0:
+// token 0's), so the c-th completion is token t = r - 1 - p0 + c r, and its window's row i
+// (phase i) is token t - (r - 1) + i, the overlapped window's first half (rows i < r) token
+// t - (2 r - 1) + i. A row of a token before the batch is in the state as the batch found it:
+// the current window's slot slot_base + i, or with overlap, for the first half, slot i when the
+// previous window completed before the batch (t < r) and slot r + i otherwise (that window was
+// the current one). The batch's own rows are read from its inputs, the score plus ape[i] as the
+// push adds it: the values the token-by-token pool reads, in the same order.
+__device__ __forceinline__ int64_t first_completion(const int64_t *phase, int ratio) {
+    return ratio - 1 - phase[0];
+}
+
+__global__ void compressor_batch_pool_kernel(
     const float *__restrict__ kv, const float *__restrict__ score, const float *__restrict__ ape,
     int64_t d, int64_t width, int ratio, bool overlap, int64_t slot_base,
-    const int64_t *__restrict__ phase, const int64_t *__restrict__ completes, int64_t word_stride,
-    int n_tokens, float *state_kv, float *state_score, float *__restrict__ pooled) {
+    const int64_t *__restrict__ phase, int n_tokens, const float *__restrict__ state_kv,
+    const float *__restrict__ state_score, float *__restrict__ pooled) {
     dev::wait_for_previous_kernels();
-    const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (j >= d) return;
-    const int n_cols = overlap ? 2 : 1;  // columns j and d + j
-    int64_t done = 0;
-    for (int t = 0; t < n_tokens; ++t) {
-        const int64_t ph = phase[t * word_stride], slot = slot_base + ph;
-        const float *kt = kv + int64_t(t) * width, *st = score + int64_t(t) * width;
-        for (int c = 0; c < n_cols; ++c) {
-            const int64_t col = j + c * d;
-            state_kv[slot * width + col] = kt[col];
-            state_score[slot * width + col] = __fadd_rn(st[col], ape[ph * width + col]);
+    const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, c = blockIdx.y;
+    const int64_t t = first_completion(phase, ratio) + c * ratio;
+    if (j >= d || t >= n_tokens) return;
+    const int r = ratio;
+    // candidate i: its token, its slot in the state and its column
+    const auto token = [&](int i) {
+        return overlap && i < r ? t - (2 * r - 1) + i : t - (r - 1) + (i % r);
+    };
+    const auto slot = [&](int i) {
+        if (overlap && i < r) return int64_t(t < r ? i : r + i);
+        return slot_base + i % r;
+    };
+    const auto col = [&](int i) { return overlap && i >= r ? d + j : j; };
+    const auto score_at = [&](int i) {
+        const int64_t u = token(i);
+        return u >= 0 ? __fadd_rn(score[u * width + col(i)], ape[(i % r) * width + col(i)])
+                      : state_score[slot(i) * width + col(i)];
+    };
+    const auto kv_at = [&](int i) {
+        const int64_t u = token(i);
+        return u >= 0 ? kv[u * width + col(i)] : state_kv[slot(i) * width + col(i)];
+    };
+    pooled[c * d + j] = dev::pool_values(overlap ? 2 * r : r, score_at, kv_at);
+}
+
+// The state the token-by-token launches leave: the current window's slot slot_base + i holds
+// the batch's last token of phase i (if any); with overlap, slot i holds, when the batch
+// completed a window (the last at tc), that window's row i: token tc - (r - 1) + i, or the
+// current slot r + i as the batch found it for a token before it. Thread (i, col) owns column
+// col of both slots of phase i (it reads slot r + i before writing it).
+__global__ void compressor_batch_state_kernel(const float *__restrict__ kv,
+                                              const float *__restrict__ score,
+                                              const float *__restrict__ ape, int64_t width,
+                                              int ratio, bool overlap, int64_t slot_base,
+                                              const int64_t *__restrict__ phase, int n_tokens,
+                                              float *state_kv, float *state_score) {
+    dev::wait_for_previous_kernels();
+    const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= int64_t(ratio) * width) return;
+    const int r = ratio;
+    const int i = int(idx / width);
+    const int64_t col = idx % width, cur = (slot_base + i) * width + col;
+    const auto from_batch = [&](int64_t u, float *kv_dst, float *score_dst) {
+        *kv_dst = kv[u * width + col];
+        *score_dst = __fadd_rn(score[u * width + col], ape[i * width + col]);
+    };
+    if (overlap) {
+        const int64_t first = first_completion(phase, r);
+        if (first < n_tokens) {
+            const int64_t tc = first + (n_tokens - 1 - first) / r * r, u = tc - (r - 1) + i;
+            const int64_t prev = int64_t(i) * width + col;
+            if (u >= 0)
+                from_batch(u, state_kv + prev, state_score + prev);
+            else
+                state_kv[prev] = state_kv[cur], state_score[prev] = state_score[cur];
         }
-        if (completes[t * word_stride] < 0) continue;
-        pooled[done * d + j] = dev::pool_column(state_kv, state_score, ratio, overlap, d, width, j);
-        ++done;
-        if (!overlap) continue;
-        for (int i = 0; i < ratio; ++i)
-            for (int c = 0; c < n_cols; ++c) {
-                const int64_t col = j + c * d;
-                state_kv[i * width + col] = state_kv[(ratio + i) * width + col];
-                state_score[i * width + col] = state_score[(ratio + i) * width + col];
-            }
     }
+    const int64_t u_first = (i - phase[0] + r) % r;
+    if (u_first >= n_tokens) return;
+    from_batch(u_first + (n_tokens - 1 - u_first) / r * r, state_kv + cur, state_score + cur);
 }
 
 }  // namespace
 
 void compressor_batch(const float *kv, const float *score, const float *ape, int64_t d,
                       int64_t width, int ratio, bool overlap, int64_t slot_base,
-                      const int64_t *phase, const int64_t *completes, int64_t word_stride,
-                      int n_tokens, float *state_kv, float *state_score, float *pooled,
-                      cudaStream_t stream) {
+                      const int64_t *phase, int n_tokens, float *state_kv, float *state_score,
+                      float *pooled, cudaStream_t stream) {
     if (ratio < 1 || d <= 0 || width != (overlap ? 2 * d : d) || slot_base < 0)
         throw ds4::Error("compressor_batch: bad ratio, width or slots");
     if (n_tokens <= 0) return;
+    if (slot_base != (overlap ? ratio : 0))
+        throw ds4::Error("compressor_batch: the window's slots start at 0, or at ratio overlapped");
     constexpr int kBatchThreads = 64;  // d is a few hundred columns: spread them
-    launch_kernel(compressor_batch_kernel, blocks_for(d, kBatchThreads), kBatchThreads, 0, stream,
-                  kv, score, ape, d, width, ratio, overlap, slot_base, phase, completes,
-                  word_stride, n_tokens, state_kv, state_score, pooled);
+    const unsigned completions = unsigned(n_tokens / ratio + 1);
+    launch_kernel(compressor_batch_pool_kernel, dim3(blocks_for(d, kBatchThreads), completions),
+                  kBatchThreads, 0, stream, kv, score, ape, d, width, ratio, overlap, slot_base,
+                  phase, n_tokens, state_kv, state_score, pooled);
+    DS4_CUDA_CHECK(cudaGetLastError());
+    launch_kernel(compressor_batch_state_kernel, blocks_for(int64_t(ratio) * width), kThreads, 0,
+                  stream, kv, score, ape, width, ratio, overlap, slot_base, phase, n_tokens,
+                  state_kv, state_score);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -72,17 +72,17 @@ void compressor_push_step(const float *kv_in, const float *sc_in, const float *a
 void compressor_shift_if(float *state_kv, float *state_score, int ratio, int64_t width,
                          const int64_t *when, cudaStream_t stream);
 
-// A batch's tokens through a compressor in order (prefill): for each token t, compressor_push_step
-// (its phase at phase + t word_stride, its rows at kv, score + t width, slots from slot_base), and
-// where it completes a window (completes + t word_stride >= 0) the pooled row into `pooled` (the
-// c-th completion of the batch at pooled + c d), then with overlap the window's shift: the state
-// and the rows of the token-by-token launches, bit for bit. One thread per pooled column j, which
-// owns the state's columns j (and d + j with overlap): a pool reads only those. The rows still
-// need row_finish (norm, rotation, rounding, store), one launch for all of them.
+// A batch's tokens through a compressor (prefill): what compressor_push_step for each token t
+// (its rows at kv, score + t width, slots from slot_base: 0, or ratio overlapped), the pool
+// where t completes a window (phase ratio - 1) and with overlap the window's shift leave, bit
+// for bit: the state, and the c-th completion's pooled row at pooled + c d. Windows are aligned,
+// so token 0's phase (*phase, on the device) places them all; the pools run in parallel (a
+// thread per completion and column, reading the batch's rows and the state as the batch found
+// it), then the state is written. The rows still need row_finish (norm, rotation, rounding,
+// store), one launch for all of them.
 void compressor_batch(const float *kv, const float *score, const float *ape, int64_t d,
                       int64_t width, int ratio, bool overlap, int64_t slot_base,
-                      const int64_t *phase, const int64_t *completes, int64_t word_stride,
-                      int n_tokens, float *state_kv, float *state_score, float *pooled,
-                      cudaStream_t stream);
+                      const int64_t *phase, int n_tokens, float *state_kv, float *state_score,
+                      float *pooled, cudaStream_t stream);
 
 }  // namespace ds4::cuda

@@ -139,24 +139,31 @@ __device__ inline void rope_pair(float *x, int64_t k, double freq, int64_t pos, 
     x[2 * k + 1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
-// backend/cpu/compressor_pool.h for column j of a window of n = r (or 2 r overlapped) rows: the
-// max, e = exp(s - max), den and num in candidate order, num / den; 0 for a column without a
-// written row (max -inf).
-__device__ inline float pool_column(const float *kv, const float *score, int r, bool overlap,
-                                    int64_t d, int64_t width, int64_t j) {
-    const int n = overlap ? 2 * r : r;
-    const auto at = [&](int i) { return int64_t(i) * width + (overlap && i >= r ? d + j : j); };
-    float mx = score[at(0)];
+// backend/cpu/compressor_pool.h over n candidates, candidate i's score score_at(i) and value
+// kv_at(i): the max, e = exp(s - max), den and num in candidate order, num / den; 0 when no
+// candidate was written (max -inf).
+template <class Score, class Kv>
+__device__ inline float pool_values(int n, Score score_at, Kv kv_at) {
+    float mx = score_at(0);
     for (int i = 1; i < n; ++i)
-        if (mx < score[at(i)]) mx = score[at(i)];  // std::max_element's value
+        if (mx < score_at(i)) mx = score_at(i);  // std::max_element's value
     if (mx == -INFINITY) return 0.0f;
     float den = 0.0f, num = 0.0f;
     for (int i = 0; i < n; ++i) {
-        const float e = exp_f(__fsub_rn(score[at(i)], mx));
+        const float e = exp_f(__fsub_rn(score_at(i), mx));
         den = __fadd_rn(den, e);
-        num = __fadd_rn(num, __fmul_rn(e, kv[at(i)]));
+        num = __fadd_rn(num, __fmul_rn(e, kv_at(i)));
     }
     return __fdiv_rn(num, den);
+}
+
+// pool_values for column j of a window state of n = r (or 2 r overlapped) rows: row i's column
+// j, or d + j for the overlapped window's second half.
+__device__ inline float pool_column(const float *kv, const float *score, int r, bool overlap,
+                                    int64_t d, int64_t width, int64_t j) {
+    const auto at = [&](int i) { return int64_t(i) * width + (overlap && i >= r ? d + j : j); };
+    return pool_values(
+        overlap ? 2 * r : r, [&](int i) { return score[at(i)]; }, [&](int i) { return kv[at(i)]; });
 }
 
 // backend/cpu/qat_sim.h indexer_qat on a row of n values (a power of two, at most 1024) in shared

@@ -715,11 +715,10 @@ void CudaOps::compress_batch(uint32_t il, bool indexer, const float *kv, const f
     const int64_t W = int64_t(hp_.compressor_coff(il)) * d, stride = int64_t(step_words());
     const ProfileScope scope(profile_, s_, indexer ? "attn indexer compressor" : "attn compressor");
     // Every token's push, and the pooled rows of the windows the batch completes (compress()'s
-    // work token by token, in one launch).
+    // work token by token, in two launches).
     float *pooled = pooled_.as<float>();
     cuda::compressor_batch(kv, score, m_.vec(indexer ? L.idx_comp_ape : L.comp_ape), d, W, int(r),
-                           overlap, overlap ? r : 0, ratio_word(0, r, kPhase),
-                           ratio_word(0, r, kStoreIndex), stride, int(m),
+                           overlap, overlap ? r : 0, ratio_word(0, r, kPhase), int(m),
                            (indexer ? st.idx_kv : st.comp_kv).as<float>(),
                            (indexer ? st.idx_score : st.comp_score).as<float>(), pooled, s_);
     // Token t completes a window where (n_past + t + 1) % r == 0: every r-th from the first.
