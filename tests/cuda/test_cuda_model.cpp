@@ -168,6 +168,11 @@ TEST(CudaModel, LongChunkAndTokenByTokenAreBitExact) {
         Session a(*gpu, {.ctx = 512, .chunk = 256}), b(*gpu, {.ctx = 512, .chunk = 1});
         ASSERT_EQ(a.eval(p), b.eval(p)) << model::quant_mix_name(mix);
     }
+    // A chunk of 700: its attention in two batches (512 tokens at most a batch).
+    auto gpu = Model::load(tiny_model(model::QuantMix::Q2), {.backend = Backend::Cuda});
+    const auto p = prompt(700);
+    Session a(*gpu, {.ctx = 1024, .chunk = 700}), b(*gpu, {.ctx = 1024, .chunk = 1});
+    ASSERT_EQ(a.eval(p), b.eval(p));
 }
 
 // Session::write_state / read_state on the CUDA backend, in the CPU backend's format: a CUDA

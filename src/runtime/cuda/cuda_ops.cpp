@@ -192,12 +192,15 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     flat_ = device_array<float>(size_t(hp.n_hc) * hp.n_embd);
     mixes_ = device_array<float>(hp.n_hc_mix());
     head_w_ = device_array<float>(hp.n_hc);
-    // Attention of a batch: up to attend_batch_ tokens' visible rows and scores at once, 64 or
-    // as many as 256 MiB of rows hold (64 tokens of the Flash layout's 640 rows of 512 values at
-    // a 2K context are 84 MB; a layer of ratio 128 at 1M sees 8,321 rows, 17 MB a token).
-    const size_t row_bytes = max_visible * D * sizeof(float);
-    attend_batch_ = std::clamp<int64_t>(int64_t((size_t(256) << 20) / row_bytes), 1,
-                                        std::min<int64_t>(max_batch, 64));
+    // Attention of a batch: up to attend_batch_ tokens' visible rows, scores and indexer scores
+    // at once, 512 or as many as 1 GiB holds (the Flash layout at a 2K context: 640 rows of 512
+    // values and 64 heads' scores, 1.5 MB a token; a layer of ratio 128 at 1M sees 8,321 rows,
+    // ~20 MB a token). A batch of 64 gave the attention's kernels 128 blocks, fewer than the
+    // H200's 132 multiprocessors (ncu: one block each, 12% occupancy).
+    const size_t row_bytes =
+        (max_visible * D + max_visible * size_t(hp.n_head) + size_t(max_comp)) * sizeof(float);
+    attend_batch_ = std::clamp<int64_t>(int64_t((size_t(1) << 30) / row_bytes), 1,
+                                        std::min<int64_t>(max_batch, 512));
     rows_ = device_array<float>(size_t(attend_batch_) * max_visible * D);
     scores_ = device_array<float>(size_t(attend_batch_) * max_visible * hp.n_head);
     idx_scores_ = device_array<float>(size_t(attend_batch_) * max_comp);
