@@ -406,7 +406,7 @@ TEST(CudaBatchedAttention, RowFinishOverTokensIsEachTokens) {
         same_bits(to_host<float>(table_b, kTable * kD), to_host<float>(table_1, kTable * kD)));
 }
 
-// kH heads of kD: 16 of 512 (the mix's batch takes whole heads, four a warp), 13 of 128 (a
+// kH heads of kD: 16 of 512 (the mix's batch takes whole heads, eight a warp), 13 of 128 (a
 // quarter head a block, an odd head count: a warp's second head missing). kRaw0 raw rows and up
 // to kTopK selected ones: with 80 and 60, up to 148 rows (three tiles of the batch's scores,
 // five of its mix), and 13 or 72 heads (a warp's last heads missing; two tiles of 64 heads).
@@ -538,8 +538,10 @@ TEST(CudaBatchedAttention, CompressorOverTokensIsTokenByToken) {
     const auto norm_w = random_floats(kD, 91, 1.0f);
     const DeviceBuffer dnorm = to_device(norm_w);
     // (first position, tokens): mid-window starts, a start at phase 0 of ratio 4, a batch
-    // shorter than a window (ratio 16: no completion), one that completes nothing at all.
-    for (const auto &[kP0, kTokens] : {std::pair<int64_t, int64_t>{5, 23}, {8, 23}, {5, 3}, {1, 2}})
+    // shorter than a window (ratio 16: no completion), one that completes nothing at all, starts
+    // at phase r - 1 (token 0 completes a window: ratio 4 from 3, ratio 16 from 15).
+    for (const auto &[kP0, kTokens] :
+         {std::pair<int64_t, int64_t>{5, 23}, {8, 23}, {5, 3}, {1, 2}, {3, 5}, {15, 18}})
         for (const auto &[ratio, overlap] : {std::pair{4, true}, std::pair{16, false}}) {
             const int64_t width = overlap ? 2 * kD : kD, rows = overlap ? 2 * ratio : ratio;
             const auto kv = random_floats(kTokens * width, 92 + ratio, 2.0f);

@@ -354,7 +354,8 @@ void launch_mix(float *scores, const float *rows, int64_t n_rows, const float *s
 void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
                       float *scores, cudaStream_t stream, const int64_t *n_rows_dev,
                       AttentionTokens tokens) {
-    if (d % 32 != 0) throw ds4::Error("attention_scores: head size must be a multiple of 32");
+    if (d <= 0 || d % 32 != 0)
+        throw ds4::Error("attention_scores: head size must be a positive multiple of 32");
     if (tokens.n < 1 || tokens.n > 65535)
         throw ds4::Error("attention_scores: 1 to 65535 tokens a launch");
     if (n_rows == 0 || n_heads == 0) return;

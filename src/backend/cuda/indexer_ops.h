@@ -8,7 +8,7 @@
 //                    The dot products run in parallel (each a sequential f32 sum of its own),
 //                    the sum over heads of a row on one thread. Up to 64 heads of a multiple of
 //                    4 values, at most 128 (Flash's 64 x 128): a thread keeps 4 heads x 4 rows
-//                    of a 64-row tile in registers (q, the tile and the products in 84.5 KiB of
+//                    of a 64-row tile in registers (q, the tile and the products in 82.5 KiB of
 //                    shared memory). Otherwise one head's dot a thread, q (padded rows), w' and
 //                    a tile of 16 rows in n_heads (head_dim + 1) + n_heads + 16 (head_dim +
 //                    n_heads + 1) floats, at most 48 KiB.
@@ -38,7 +38,7 @@ struct IndexerTokens {
 };
 
 // q: [n_heads][head_dim]; w: [n_heads] (unchanged); rows: [n_rows][head_dim] back to back;
-// score: [n_rows] (all device). n_heads at most 256.
+// score: [n_rows] (all device). n_heads at most 256; rows 16-byte aligned (read as float4s).
 // n_rows_dev (device, optional): the row count read on the device, at most n_rows (which then
 // sizes the grid), for a step captured once and replayed at every position.
 void indexer_scores(const float *q, const float *w, float wscale, const float *rows, int64_t n_rows,
