@@ -237,7 +237,8 @@ CudaOps::~CudaOps() {
     // DS4_CUDA_GRAPH_NODES: how many kernels and copies one decode step is (the profile times
     // operations, this counts the launches they cost).
     if (std::getenv("DS4_CUDA_GRAPH_NODES") && graph_.nodes())
-        fmt::print(stderr, "CUDA decode graph: {} nodes per step\n", graph_.nodes());
+        fmt::print(stderr, "CUDA decode graph: {} nodes per step, {} edges ({} programmatic)\n",
+                   graph_.nodes(), graph_.edges(), graph_.programmatic_edges());
     if (tokens_host_) cudaFreeHost(tokens_host_);
     if (positions_host_) cudaFreeHost(positions_host_);
     if (mix_ready_) cudaEventDestroy(mix_ready_);

@@ -2,7 +2,9 @@
 
 #include <cuda_profiler_api.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "common/error.h"
@@ -24,6 +26,7 @@ void DecodeGraph::end_capture_and_launch(cudaStream_t stream, uint64_t step_hash
     DS4_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     nodes_ = 0;
     DS4_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes_));
+    count_edges(graph);
     const cudaError_t e = cudaGraphInstantiate(&exec_, graph, 0);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
@@ -32,6 +35,17 @@ void DecodeGraph::end_capture_and_launch(cudaStream_t stream, uint64_t step_hash
     }
     hash_ = step_hash;
     DS4_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+}
+
+void DecodeGraph::count_edges(cudaGraph_t graph) {
+    edges_ = 0;
+    DS4_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges_));
+    std::vector<cudaGraphNode_t> from(edges_), to(edges_);
+    std::vector<cudaGraphEdgeData> data(edges_);
+    DS4_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges_));
+    programmatic_edges_ = size_t(std::count_if(data.begin(), data.begin() + edges_, [](auto &d) {
+        return d.type == cudaGraphDependencyTypeProgrammatic;
+    }));
 }
 
 namespace {

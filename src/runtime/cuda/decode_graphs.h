@@ -32,13 +32,19 @@ class DecodeGraph {
     void launch(cudaStream_t stream, uint64_t step_hash);
     // Drops a capture left open by an exception.
     void abort(cudaStream_t stream);
-    // The captured step's node count (kernels and copies; 0 before a capture).
+    // The captured step's node count (kernels and copies; 0 before a capture), its edges, and
+    // how many of those are programmatic (a kernel launched with PDL after a kernel: the
+    // dependent may be scheduled before its predecessor ends; launch.cuh).
     size_t nodes() const { return nodes_; }
+    size_t edges() const { return edges_; }
+    size_t programmatic_edges() const { return programmatic_edges_; }
 
   private:
+    void count_edges(cudaGraph_t graph);
+
     cudaGraphExec_t exec_ = nullptr;
     uint64_t hash_ = 0;
-    size_t nodes_ = 0;
+    size_t nodes_ = 0, edges_ = 0, programmatic_edges_ = 0;
     long replays_ = 0;
     bool capturing_ = false;
 };

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One measuring round on a CUDA machine (docs/PERFORMANCE.md, CUDA section), everything in one
+# call: the CUDA kernel tests, the CPU-CUDA parity on the shipped trained model, then ds4-bench
+# --cuda on the published Flash q2 layout (written to /dev/shm) at 2K under each variant, with
+# the device's clocks before and after. Binaries come from BIN (and their .so files from LIB);
+# a variant is a list of environment assignments ("-" for none), optionally prefixed by
+# "base:" to run BASE's ds4-bench instead (the build the round compares against). Logs, CSVs
+# and a summary go to OUT.
+#   bench/cuda/device_round.sh [-n TOKENS] [-r RUNS] [-c CTX] VARIANT...
+set -uo pipefail
+gen=64 runs=2 ctx=2048
+while getopts n:r:c: o; do
+  case $o in
+    n) gen=$OPTARG ;;
+    r) runs=$OPTARG ;;
+    c) ctx=$OPTARG ;;
+    *) exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+BIN=${BIN:-$PWD/build/bin} BASE=${BASE:-} LIB=${LIB:-} OUT=${OUT:-/tmp/ds4-round}
+[ -n "$LIB" ] && export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+mkdir -p "$OUT"
+summary=$OUT/summary.txt
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu \
+  --format=csv | tee "$OUT/device.txt"
+
+t0=$(date +%s)
+"$BIN/test_cuda" --gtest_brief=1 >"$OUT/test_cuda.log" 2>&1
+note "test_cuda: rc $? in $(($(date +%s) - t0)) s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test_cuda.log" | tr '\n' ' ')"
+grep -E '^\[  FAILED  \]' "$OUT/test_cuda.log" | head -20 | tee -a "$summary"
+"$BIN/ds4-test" --backend-parity -m models/promessi-mini-q8_0.gguf --cuda >"$OUT/parity.log" 2>&1
+note "backend parity: rc $?: $(tail -n 3 "$OUT/parity.log" | tr '\n' ' ')"
+
+model=/dev/shm/ds4-flash-q2.gguf
+if [ ! -f "$model" ]; then
+  t0=$(date +%s)
+  "$BIN/ds4-mkmodel" --shape flash --quant q2 --vocab models/ds4-vocab.gguf --out "$model" -q
+  note "mkmodel flash q2: rc $? in $(($(date +%s) - t0)) s"
+fi
+
+i=0
+for v in "$@"; do
+  i=$((i + 1))
+  bench=$BIN/ds4-bench
+  spec=$v
+  if [ "${spec#base:}" != "$spec" ]; then
+    bench=$BASE/ds4-bench
+    spec=${spec#base:}
+  fi
+  [ "$spec" = "-" ] && spec=""
+  # shellcheck disable=SC2086
+  env $spec "$bench" -m "$model" --cuda --prompt-file bench/data/promessi_sposi.txt \
+    --ctx-start "$ctx" --ctx-max "$ctx" -n "$gen" --runs "$runs" --csv "$OUT/bench-$i.csv" \
+    >"$OUT/bench-$i.log" 2>&1
+  note "variant $i [$v]: rc $?: $(tail -n 1 "$OUT/bench-$i.csv" 2>/dev/null)"
+done
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader | tee -a "$summary"
+echo "--- csv header: $(head -n 1 "$OUT/bench-1.csv" 2>/dev/null)"
+cat "$summary"
