@@ -62,7 +62,7 @@ json anthropic_error_body(int status, const std::string &message, const json &ex
 }
 
 const char *anthropic_stop_reason(const GenResult &g) {
-    if (!g.tool_calls.empty()) return "tool_use";
+    if (g.finish_reason == "tool_calls") return "tool_use";
     if (g.stop_sequence) return "stop_sequence";
     if (g.stop == runtime::StopReason::Length) return "max_tokens";
     if (g.stop == runtime::StopReason::ContextFull) return "model_context_window_exceeded";

@@ -18,9 +18,9 @@ namespace ds4::server {
 nlohmann::json anthropic_error_body(int status, const std::string &message,
                                     const nlohmann::json &extra = nlohmann::json::object());
 
-// tool_use (the answer has tool calls), stop_sequence (a stop sequence cut the text), max_tokens
-// (the token limit),
-// model_context_window_exceeded (a full context), else end_turn (EOS, the client gone, shutdown).
+// tool_use (the answer has tool calls, finish tool_calls), stop_sequence (a stop sequence cut the
+// text), max_tokens (the token limit), model_context_window_exceeded (a full context), else
+// end_turn (EOS, the client gone, shutdown).
 const char *anthropic_stop_reason(const GenResult &g);
 
 // {"input_tokens": prompt tokens not reused, "output_tokens", "cache_read_input_tokens": the

@@ -211,6 +211,10 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
                 res.matched_stop = matcher.matched();
                 cancel = true;
             }
+            // A call after a stop sequence is not part of the answer. Once a call starts no more
+            // content can come, so the text held for a possible stop sequence is released first.
+            if (res.stop_sequence) out.events.clear();
+            if (!out.events.empty()) d.content += matcher.finish();
             d.tools = std::move(out.events);
             if (tracker && tracker->done()) cancel = true;
             if (d.content.empty() && d.tools.empty()) return;
@@ -308,8 +312,14 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
             }
         }
         res.stop = stop;
-        if (tracker) res.tool_calls = tracker->calls();
-        res.finish_reason = !res.tool_calls.empty() ? "tool_calls"
+        if (tracker && !res.stop_sequence) {
+            res.tool_calls = tracker->calls();
+            res.tool_call_cut = tracker->cut();
+        }
+        // A call cut by the token limit or the context ends the answer as any text would.
+        const bool cut_by_limit = res.tool_call_cut && (stop == runtime::StopReason::Length ||
+                                                        stop == runtime::StopReason::ContextFull);
+        res.finish_reason = !res.tool_calls.empty() && !cut_by_limit ? "tool_calls"
                             : res.stop_sequence || stop == runtime::StopReason::Eos ||
                                     stop == runtime::StopReason::Interrupted
                                 ? "stop"

@@ -31,9 +31,12 @@ struct Delta {
 struct GenResult {
     std::string content, reasoning;
     std::vector<tokenizer::ToolCall> tool_calls;  // ids left empty: the API layer assigns them
-    std::string finish_reason;                    // "stop" | "length" | "tool_calls"
+    // The last call was closed where its invoke broke (ToolCallTracker::cut); finish_reason is
+    // then "length" when the token limit or a full context cut it.
+    bool tool_call_cut = false;
+    std::string finish_reason;  // "stop" | "length" | "tool_calls"
     size_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
-    size_t reasoning_tokens = 0;  // of completion_tokens, those chosen inside a think block
+    size_t reasoning_tokens = 0;     // of completion_tokens, those chosen inside a think block
     runtime::StopReason stop = runtime::StopReason::Length;
     bool stop_sequence = false;  // a stop sequence ended the text
     std::string matched_stop;    // which one

@@ -156,7 +156,7 @@ std::vector<SseEvent> ResponsesStream::delta(const Delta &d) {
             piece["delta"] = e.text;
             out.push_back(event("response.function_call_arguments.delta", std::move(piece)));
         } else if (e.kind == ToolEvent::Kind::End) {
-            close("completed", out);
+            close(e.complete ? "completed" : "incomplete", out);
         }
     }
     return out;
@@ -181,10 +181,12 @@ json response_from_result(const ResponseMeta &m, const GenResult &g) {
     for (size_t i = 0; i < g.tool_calls.size(); ++i) {
         using K = ToolEvent::Kind;
         const tokenizer::ToolCall &c = g.tool_calls[i];
-        s.delta(
-            {.content = "",
-             .reasoning = "",
-             .tools = {{K::Start, i, c.name}, {K::Arguments, i, c.arguments}, {K::End, i, ""}}});
+        const bool complete = !(g.tool_call_cut && i + 1 == g.tool_calls.size());
+        s.delta({.content = "",
+                 .reasoning = "",
+                 .tools = {{K::Start, i, c.name},
+                           {K::Arguments, i, c.arguments},
+                           {K::End, i, "", complete}}});
     }
     s.finish(g);
     return s.response();

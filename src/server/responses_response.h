@@ -26,8 +26,8 @@ struct ResponseMeta {
 // {"reasoning_tokens"}, "total_tokens"}.
 nlohmann::json responses_usage(const GenResult &g);
 
-// "incomplete" when the token limit or a full context ended an answer without calls, else
-// "completed".
+// "incomplete" when the token limit or a full context ended the answer (finish "length": its text,
+// or a call it cut), else "completed".
 const char *responses_status(const GenResult &g);
 
 // {"id","object":"response","created_at","status","error":null,"incomplete_details","model",
@@ -47,6 +47,7 @@ nlohmann::json response_object(const ResponseMeta &m, const std::string &status,
 //           response.content_part.done, response.output_item.done. Per tool call a
 //           function_call item: response.output_item.added (arguments ""),
 //           response.function_call_arguments.delta per piece, .done, response.output_item.done
+//           (the item incomplete when the call was cut: ToolEvent::complete)
 //   finish  the open item closed (incomplete when the response is), an empty message when
 //           neither text nor a call came, then response.completed or response.incomplete with
 //           the whole response

@@ -3,17 +3,18 @@
 #include <algorithm>
 #include <array>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
-#include "tokenizer/dsml_parser.h"
 #include "tokenizer/dsml_render.h"
+#include "tokenizer/utf8.h"
 
 namespace ds4::server {
 
 // The spellings tokenizer/dsml_parser.h accepts: what a block opens and closes with, and the
-// invoke tags inside it.
+// invoke and parameter tags inside it.
 struct ToolCallTracker::Syntax {
-    std::string_view calls_open, calls_close, invoke_open, invoke_close;
+    std::string_view calls_open, calls_close, invoke_open, invoke_close, param_open, param_close;
 };
 
 namespace {
@@ -23,45 +24,101 @@ using tokenizer::ToolCall;
 
 constexpr std::array<ToolCallTracker::Syntax, 3> kSyntaxes = {{
     {tokenizer::kDsmlToolCallsOpen, tokenizer::kDsmlToolCallsClose, tokenizer::kDsmlInvokeOpen,
-     tokenizer::kDsmlInvokeClose},
-    {"<DSML｜tool_calls>", "</DSML｜tool_calls>", "<DSML｜invoke", "</DSML｜invoke>"},
-    {"<tool_calls>", "</tool_calls>", "<invoke", "</invoke>"},
+     tokenizer::kDsmlInvokeClose, tokenizer::kDsmlParameterOpen, tokenizer::kDsmlParameterClose},
+    {"<DSML｜tool_calls>", "</DSML｜tool_calls>", "<DSML｜invoke", "</DSML｜invoke>",
+     "<DSML｜parameter", "</DSML｜parameter>"},
+    {"<tool_calls>", "</tool_calls>", "<invoke", "</invoke>", "<parameter", "</parameter>"},
 }};
 
 bool is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
-// The calls of one invoke text (opening tag to closing tag), parsed by the tokenizer's parser as
-// a block of its own; nothing when it does not parse.
-std::vector<ToolCall> parse_invoke(const ToolCallTracker::Syntax &syn, std::string_view invoke) {
-    std::string block(syn.calls_open);
-    block += invoke;
-    block += syn.calls_close;
-    try {
-        tokenizer::ParsedMessage p = tokenizer::parse_generated_message(block, false);
-        if (p.status == tokenizer::DsmlStatus::kComplete && p.content.empty())
-            return std::move(p.tool_calls);
-    } catch (const std::exception &) {
-        // Text the JSON layer refuses (invalid UTF-8 in a value): not a call.
-    }
-    return {};
+size_t skip_space(std::string_view s) {
+    size_t i = 0;
+    while (i < s.size() && is_space(s[i])) ++i;
+    return i;
 }
 
-// "{" + first member, "," + each next one, "}": the arguments object, piece by piece.
-std::vector<std::string> argument_pieces(const std::string &arguments) {
-    const ordered_json args = ordered_json::parse(arguments);
-    if (!args.is_object() || args.empty()) return {arguments};
-    std::vector<std::string> out;
-    for (auto it = args.begin(); it != args.end(); ++it) {
-        std::string piece(out.empty() ? "{" : ",");
-        piece += ordered_json(it.key()).dump();
-        piece += ':';
-        piece += it.value().dump();
-        out.push_back(std::move(piece));
+// An attribute of an opening tag, read as tokenizer/dsml_parser.cpp reads it: the text between
+// ` NAME="` and the next quote, with the five XML entities decoded.
+std::optional<std::string> attribute(std::string_view tag, std::string_view name) {
+    std::string needle(" ");
+    needle += name;
+    needle += "=\"";
+    const size_t at = tag.find(needle);
+    if (at == std::string_view::npos) return std::nullopt;
+    const size_t begin = at + needle.size();
+    const size_t end = tag.find('"', begin);
+    if (end == std::string_view::npos) return std::nullopt;
+    static constexpr std::array<std::pair<std::string_view, char>, 5> kEntities = {{
+        {"&amp;", '&'},
+        {"&lt;", '<'},
+        {"&gt;", '>'},
+        {"&quot;", '"'},
+        {"&apos;", '\''},
+    }};
+    const std::string_view s = tag.substr(begin, end - begin);
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+        bool replaced = false;
+        if (s[i] == '&') {
+            for (const auto &[entity, c] : kEntities) {
+                if (s.compare(i, entity.size(), entity) == 0) {
+                    out += c;
+                    i += entity.size();
+                    replaced = true;
+                    break;
+                }
+            }
+        }
+        if (!replaced) out += s[i++];
     }
-    out.push_back("}");
     return out;
+}
+
+// A string="false" body as the parser reads it: empty (or blank) is null, JSON is itself, any
+// other text the raw body as a string.
+ordered_json json_value(std::string_view raw) {
+    size_t b = 0, e = raw.size();
+    while (b < e && is_space(raw[b])) ++b;
+    while (e > b && is_space(raw[e - 1])) --e;
+    if (b == e) return nullptr;
+    const std::string_view t = raw.substr(b, e - b);
+    ordered_json v = ordered_json::parse(t.begin(), t.end(), nullptr, false);
+    if (v.is_discarded()) return ordered_json(std::string(raw));
+    return v;
+}
+
+// The inside of the JSON string of valid UTF-8 text: escaping is per character, so the pieces
+// of a value escaped one by one concatenate to the value's JSON string.
+std::string json_escaped(std::string_view text) {
+    if (text.empty()) return "";
+    const std::string quoted = ordered_json(std::string(text)).dump();
+    return quoted.substr(1, quoted.size() - 2);
+}
+
+// The leading bytes of s that are whole valid UTF-8 characters; *pending when the rest is a
+// character that later bytes may still complete.
+size_t valid_prefix(std::string_view s, bool *pending) {
+    *pending = false;
+    char32_t cp = 0;
+    for (size_t i = 0; i < s.size();) {
+        const size_t n = tokenizer::utf8_decode(s.substr(i), &cp);
+        if (n == 0) {
+            *pending = tokenizer::utf8_complete_prefix(s.substr(i)) == 0;
+            return i;
+        }
+        i += n;
+    }
+    return s.size();
+}
+
+// The longest tail of s that is a proper prefix of tag (it may still become the tag).
+size_t partial_tail(std::string_view s, std::string_view tag) {
+    for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n)
+        if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
+    return 0;
 }
 
 }  // namespace
@@ -81,10 +138,24 @@ ToolOutput ToolCallTracker::push(std::string_view text) {
 ToolOutput ToolCallTracker::finish() {
     ToolOutput out;
     run(out);
-    if (state_ == State::Text || state_ == State::Passthrough) {
-        out.content += take(buf_.size());
-    } else if (state_ == State::Block || state_ == State::Invoke) {
-        bail(out);
+    switch (state_) {
+        case State::Text:
+        case State::Passthrough:
+            out.content += take(buf_.size());
+            break;
+        case State::Block:
+        case State::InvokeTag:
+            bail(out);
+            break;
+        case State::Members:
+        case State::ParamTag:
+        case State::Body:
+        case State::StringValue:
+        case State::JsonValue:
+            defect(out);  // the end of generation inside an invoke
+            break;
+        case State::Done:
+            break;
     }
     return out;
 }
@@ -97,6 +168,12 @@ std::string ToolCallTracker::take(size_t n) {
     return shown;
 }
 
+std::string ToolCallTracker::consume(size_t n) {
+    std::string t = take(n);
+    if (block_calls_ == 0) raw_ += t;
+    return t;
+}
+
 void ToolCallTracker::run(ToolOutput &out) {
     for (bool more = true; more;) {
         switch (state_) {
@@ -106,8 +183,23 @@ void ToolCallTracker::run(ToolOutput &out) {
             case State::Block:
                 more = step_block(out);
                 break;
-            case State::Invoke:
-                more = step_invoke(out);
+            case State::InvokeTag:
+                more = step_invoke_tag(out);
+                break;
+            case State::Members:
+                more = step_members(out);
+                break;
+            case State::ParamTag:
+                more = step_param_tag(out);
+                break;
+            case State::Body:
+                more = step_body(out);
+                break;
+            case State::StringValue:
+                more = step_string(out);
+                break;
+            case State::JsonValue:
+                more = step_json(out);
                 break;
             case State::Passthrough:
                 out.content += take(buf_.size());
@@ -141,14 +233,7 @@ bool ToolCallTracker::step_text(ToolOutput &out) {
     }
     // Hold the longest tail that may still grow into an opener, and the whitespace before it.
     size_t hold = 0;
-    for (const Syntax &syn : kSyntaxes) {
-        for (size_t n = std::min(buf_.size(), syn.calls_open.size() - 1); n > hold; --n) {
-            if (std::string_view(buf_).substr(buf_.size() - n) == syn.calls_open.substr(0, n)) {
-                hold = n;
-                break;
-            }
-        }
-    }
+    for (const Syntax &syn : kSyntaxes) hold = std::max(hold, partial_tail(buf_, syn.calls_open));
     size_t keep = buf_.size() - hold;
     while (keep > 0 && is_space(buf_[keep - 1])) --keep;
     out.content += take(keep);
@@ -156,19 +241,18 @@ bool ToolCallTracker::step_text(ToolOutput &out) {
 }
 
 bool ToolCallTracker::step_block(ToolOutput &out) {
-    size_t i = 0;
-    while (i < buf_.size() && is_space(buf_[i])) ++i;
+    const size_t i = skip_space(buf_);
     if (i == buf_.size()) return false;
     const std::string_view rest = std::string_view(buf_).substr(i);
     if (rest.starts_with(syn_->calls_close)) {
-        raw_ += take(i + syn_->calls_close.size());
+        consume(i + syn_->calls_close.size());
         state_ = State::Done;
         return true;
     }
     if (rest.starts_with(syn_->invoke_open)) {
-        raw_ += take(i);
-        search_from_ = 0;
-        state_ = State::Invoke;
+        consume(i);
+        scan_from_ = syn_->invoke_open.size();
+        state_ = State::InvokeTag;
         return true;
     }
     if (syn_->calls_close.starts_with(rest) || syn_->invoke_open.starts_with(rest)) return false;
@@ -176,37 +260,180 @@ bool ToolCallTracker::step_block(ToolOutput &out) {
     return true;
 }
 
-bool ToolCallTracker::step_invoke(ToolOutput &out) {
-    const std::string_view close = syn_->invoke_close;
-    const size_t scanned = search_from_;
-    for (size_t at; (at = buf_.find(close, search_from_)) != std::string::npos;) {
-        const size_t end = at + close.size();
-        const std::vector<ToolCall> calls =
-            parse_invoke(*syn_, std::string_view(buf_).substr(0, end));
-        if (calls.empty()) {
-            search_from_ = end;  // the tag was inside a value, or the invoke is malformed
+bool ToolCallTracker::step_invoke_tag(ToolOutput &out) {
+    const size_t gt = buf_.find('>', scan_from_);
+    if (gt == std::string::npos) {
+        scan_from_ = buf_.size();
+        return false;
+    }
+    const std::optional<std::string> name =
+        attribute(std::string_view(buf_).substr(0, gt + 1), "name");
+    if (!name || name->empty()) {
+        bail(out);  // an invoke without a name is no call
+        return true;
+    }
+    invoke_name_ = *name;
+    started_ = false;
+    frames_.assign(1, Frame{});
+    consume(gt + 1);
+    state_ = State::Members;
+    return true;
+}
+
+bool ToolCallTracker::step_members(ToolOutput &out) {
+    const size_t i = skip_space(buf_);
+    if (i == buf_.size()) return false;
+    const std::string_view rest = std::string_view(buf_).substr(i);
+    const bool top = frames_.size() == 1;
+    const std::string_view end = top ? syn_->invoke_close : syn_->param_close;
+    if (rest.starts_with(end)) {
+        consume(i + end.size());
+        if (!started_) start_call(out);  // an invoke without parameters
+        emit_args(out, "}");
+        frames_.pop_back();
+        if (top) {
+            out.events.push_back({ToolEvent::Kind::End, calls_.size() - 1, "", true});
+            started_ = false;
+            state_ = State::Block;
+        }
+        return true;
+    }
+    if (rest.starts_with(syn_->param_open)) {
+        consume(i);
+        scan_from_ = syn_->param_open.size();
+        state_ = State::ParamTag;
+        return true;
+    }
+    if (syn_->param_open.starts_with(rest) || end.starts_with(rest)) return false;
+    defect(out);
+    return true;
+}
+
+bool ToolCallTracker::step_param_tag(ToolOutput &out) {
+    const size_t gt = buf_.find('>', scan_from_);
+    if (gt == std::string::npos) {
+        scan_from_ = buf_.size();
+        return false;
+    }
+    const std::string_view tag = std::string_view(buf_).substr(0, gt + 1);
+    const std::optional<std::string> name = attribute(tag, "name");
+    const std::optional<std::string> kind = attribute(tag, "string");
+    Frame &f = frames_.back();
+    if (!name || std::find(f.keys.begin(), f.keys.end(), *name) != f.keys.end()) {
+        defect(out);  // no name, or a repeated one: its value has nowhere to go
+        return true;
+    }
+    try {
+        param_key_ = ordered_json(*name).dump();
+    } catch (const std::exception &) {
+        defect(out);  // a name that is not UTF-8
+        return true;
+    }
+    f.keys.push_back(*name);
+    consume(gt + 1);
+    if (!started_) start_call(out);
+    if (kind && *kind == "false") {
+        scan_from_ = 0;
+        state_ = State::JsonValue;
+    } else if (kind) {
+        emit_key(out);
+        emit_args(out, "\"");
+        state_ = State::StringValue;
+    } else {
+        state_ = State::Body;
+    }
+    return true;
+}
+
+bool ToolCallTracker::step_body(ToolOutput &out) {
+    const size_t i = skip_space(buf_);
+    if (i == buf_.size()) return false;
+    const std::string_view rest = std::string_view(buf_).substr(i);
+    if (rest.starts_with(syn_->param_open)) {  // loose XML: nested parameters are an object
+        consume(i);
+        emit_key(out);
+        emit_args(out, "{");
+        frames_.push_back(Frame{});
+        state_ = State::Members;
+        return true;
+    }
+    if (syn_->param_open.starts_with(rest)) return false;
+    emit_key(out);  // a string, its leading whitespace included
+    emit_args(out, "\"");
+    state_ = State::StringValue;
+    return true;
+}
+
+bool ToolCallTracker::step_string(ToolOutput &out) {
+    const std::string_view close = syn_->param_close;
+    std::string escape("&lt;");
+    escape += close.substr(1);
+    const std::string_view buf(buf_);
+    std::string text;  // the value's text up to the closing tag or the held tail
+    bool pending = false;
+    for (size_t i = 0;;) {
+        const size_t c = buf.find(close, i), e = buf.find(escape, i);
+        if (e < c) {
+            text.append(buf.substr(i, e - i));
+            text += close;
+            i = e + escape.size();
             continue;
         }
-        for (const ToolCall &c : calls) emit_call(c, out);
-        raw_ += take(end);
-        state_ = State::Block;
+        if (c != std::string_view::npos) {
+            text.append(buf.substr(i, c - i));
+            const size_t ok = valid_prefix(text, &pending);
+            emit_args(out, json_escaped(std::string_view(text).substr(0, ok)));
+            if (ok < text.size()) {
+                defect(out);  // invalid UTF-8 in the value
+                return true;
+            }
+            consume(c + close.size());
+            emit_args(out, "\"");
+            state_ = State::Members;
+            return true;
+        }
+        // No closing tag yet: a tail that may still become one (or its escape) waits.
+        const std::string_view rest = buf.substr(i);
+        const size_t hold = std::max(partial_tail(rest, close), partial_tail(rest, escape));
+        const size_t end = buf.size() - hold;
+        text.append(buf.substr(i, end - i));
+        const size_t ok = valid_prefix(text, &pending);
+        emit_args(out, json_escaped(std::string_view(text).substr(0, ok)));
+        if (ok < text.size() && !(pending && hold == 0)) {
+            defect(out);  // invalid UTF-8 in the value
+            return true;
+        }
+        consume(end - (text.size() - ok));  // an unfinished character waits too
+        return false;
+    }
+}
+
+bool ToolCallTracker::step_json(ToolOutput &out) {
+    const std::string_view close = syn_->param_close;
+    const size_t c = buf_.find(close, scan_from_);
+    if (c == std::string::npos) {
+        scan_from_ = buf_.size() >= close.size() ? buf_.size() - close.size() + 1 : 0;
+        return false;
+    }
+    std::string value;
+    try {
+        value = json_value(std::string_view(buf_).substr(0, c)).dump();
+    } catch (const std::exception &) {
+        defect(out);  // invalid UTF-8 in the value
         return true;
     }
-    // The block closed around an invoke that never parsed.
-    const size_t from =
-        scanned >= syn_->calls_close.size() ? scanned - syn_->calls_close.size() : 0;
-    if (buf_.find(syn_->calls_close, from) != std::string::npos) {
-        bail(out);
-        return true;
-    }
-    search_from_ =
-        std::max(search_from_, buf_.size() >= close.size() ? buf_.size() - close.size() + 1 : 0);
-    return false;
+    consume(c + close.size());
+    emit_key(out);
+    emit_args(out, value);
+    state_ = State::Members;
+    return true;
 }
 
 void ToolCallTracker::bail(ToolOutput &out) {
     std::string tail = raw_ + take(buf_.size());
     raw_.clear();
+    frames_.clear();
+    started_ = false;
     if (block_calls_ > 0) {
         state_ = State::Done;
         return;
@@ -215,14 +442,48 @@ void ToolCallTracker::bail(ToolOutput &out) {
     state_ = State::Passthrough;
 }
 
-void ToolCallTracker::emit_call(const ToolCall &call, ToolOutput &out) {
-    const size_t index = calls_.size();
-    out.events.push_back({ToolEvent::Kind::Start, index, call.name});
-    for (std::string &piece : argument_pieces(call.arguments))
-        out.events.push_back({ToolEvent::Kind::Arguments, index, std::move(piece)});
-    out.events.push_back({ToolEvent::Kind::End, index, ""});
-    calls_.push_back(call);
+void ToolCallTracker::defect(ToolOutput &out) {
+    if (!started_) {
+        bail(out);
+        return;
+    }
+    if (state_ == State::StringValue) emit_args(out, "\"");
+    for (size_t n = frames_.size(); n > 0; --n) emit_args(out, "}");
+    frames_.clear();
+    out.events.push_back({ToolEvent::Kind::End, calls_.size() - 1, "", false});
+    started_ = false;
+    cut_ = true;
+    take(buf_.size());
+    state_ = State::Done;
+}
+
+void ToolCallTracker::start_call(ToolOutput &out) {
+    out.events.push_back({ToolEvent::Kind::Start, calls_.size(), invoke_name_});
+    calls_.push_back({"", invoke_name_, ""});
+    started_ = true;
     ++block_calls_;
+    raw_.clear();
+    emit_args(out, "{");
+}
+
+void ToolCallTracker::emit_args(ToolOutput &out, std::string_view piece) {
+    if (piece.empty()) return;
+    const size_t index = calls_.size() - 1;
+    calls_.back().arguments += piece;
+    if (!out.events.empty() && out.events.back().kind == ToolEvent::Kind::Arguments &&
+        out.events.back().index == index)
+        out.events.back().text += piece;
+    else
+        out.events.push_back({ToolEvent::Kind::Arguments, index, std::string(piece)});
+}
+
+void ToolCallTracker::emit_key(ToolOutput &out) {
+    Frame &f = frames_.back();
+    std::string piece(f.any ? "," : "");
+    piece += param_key_;
+    piece += ':';
+    f.any = true;
+    emit_args(out, piece);
 }
 
 std::string forced_tool_prefix(ToolChoice choice, const std::string &name) {

@@ -57,6 +57,24 @@ TEST(AnthropicResponse, StopReasons) {
     EXPECT_EQ(anthropic_message(g, "msg_1", "m")["stop_sequence"], "##");
 }
 
+TEST(AnthropicResponse, StopReasonOfAnAnswerWithCalls) {
+    using ds4::runtime::StopReason;
+    GenResult g = result(StopReason::Interrupted);
+    g.tool_calls = {{.id = "", .name = "f", .arguments = R"({"a":"x"})"}};
+    g.finish_reason = "tool_calls";
+    EXPECT_STREQ(anthropic_stop_reason(g), "tool_use");
+    // A call the token limit cut (the engine's finish "length"): the answer hit max_tokens, and
+    // the call is still shown as far as it was written.
+    g.stop = StopReason::Length;
+    g.finish_reason = "length";
+    g.tool_call_cut = true;
+    EXPECT_STREQ(anthropic_stop_reason(g), "max_tokens");
+    const json m = anthropic_message(g, "msg_1", "m");
+    EXPECT_EQ(m["stop_reason"], "max_tokens");
+    ASSERT_EQ(m["content"].size(), 1u);
+    EXPECT_EQ(m["content"][0]["input"], json({{"a", "x"}}));
+}
+
 TEST(AnthropicResponse, MessageAndUsage) {
     const json m =
         anthropic_message(result(ds4::runtime::StopReason::Eos, "Ciao", "hmm"), "msg_7", "mod");

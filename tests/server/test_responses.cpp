@@ -398,3 +398,50 @@ TEST(ResponsesStream, DsmlFromTheModelBecomesAFunctionCallItem) {
     want[1].erase("call_id");
     EXPECT_EQ(r["output"], want);
 }
+
+TEST(ResponsesStream, ACallCutByTheLimitStreamsLiveAndIsIncomplete) {
+    // The tracker's events for a call whose string value was still being written when the token
+    // limit came (the engine's finish "length"), fed in 5-byte pieces as tokens would come.
+    ToolCallTracker tracker;
+    const std::string dsml =
+        "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+        "<｜DSML｜parameter name=\"city\" string=\"true\">Praga, la città dalle cento torri";
+    ResponsesStream s(ResponseMeta{"resp_c", 1, "m", json::object()});
+    s.start();
+    std::vector<SseEvent> all;
+    auto add = [&](ToolOutput o) {
+        auto evs = s.delta({.content = o.content, .reasoning = "", .tools = o.events});
+        all.insert(all.end(), evs.begin(), evs.end());
+    };
+    for (size_t i = 0; i < dsml.size(); i += 5)
+        add(tracker.push(std::string_view(dsml).substr(i, 5)));
+    add(tracker.finish());
+    ASSERT_TRUE(tracker.cut());
+    GenResult g = result("length");
+    g.tool_calls = tracker.calls();
+    g.tool_call_cut = true;
+    auto end = s.finish(g);
+    all.insert(all.end(), end.begin(), end.end());
+    const std::string want = R"({"city":"Praga, la città dalle cento torri"})";
+    std::string streamed;
+    size_t deltas = 0;
+    for (const SseEvent &e : all)
+        if (e.name == "response.function_call_arguments.delta") {
+            streamed += e.data["delta"];
+            ++deltas;
+        }
+    EXPECT_EQ(streamed, want);
+    EXPECT_GT(deltas, 5u);  // the value came piece by piece
+    const json &r = s.response();
+    EXPECT_EQ(r["status"], "incomplete");
+    ASSERT_EQ(r["output"].size(), 1u);
+    EXPECT_EQ(r["output"][0]["type"], "function_call");
+    EXPECT_EQ(r["output"][0]["status"], "incomplete");
+    EXPECT_EQ(r["output"][0]["arguments"], want);
+    EXPECT_EQ(all.back().name, "response.incomplete");
+    // The non-streamed response of the same result says the same.
+    const json n = response_from_result(ResponseMeta{"resp_d", 1, "m", {}}, g);
+    EXPECT_EQ(n["status"], "incomplete");
+    EXPECT_EQ(n["output"][0]["status"], "incomplete");
+    EXPECT_EQ(n["output"][0]["arguments"], want);
+}

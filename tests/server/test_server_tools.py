@@ -205,3 +205,151 @@ def test_random_dsml_answers_never_break_the_server(server):
                     assert isinstance(json.loads(call["function"]["arguments"]), dict)
     st, parsed, _ = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": Q}], "max_tokens": 1})
     assert st == 200
+
+
+# ---------------------------------------------------------------- arguments streamed as written
+#
+# A prefill that stops inside a string value: the model's own tokens continue the value, so the
+# arguments grow token by token. The oracle of the value is /v1/completions on the same transcript
+# (no tracker there): the text the model writes after the prefill, greedy.
+
+OPEN_CITY = ("\n\n<｜DSML｜tool_calls>\n" + '<｜DSML｜invoke name="get_weather">\n'
+             + '<｜DSML｜parameter name="city" string="true">Pra')
+CITY_DONE = OPEN_CITY + "gue</｜DSML｜parameter>\n"
+N = 8  # tokens generated
+
+
+def compact(obj):
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def continuation(server, schema, prefill):
+    """What the model writes after the prefill (greedy, N tokens), and the finish: the transcript
+    the chat and messages paths render, through /v1/completions."""
+    rendered = BOS + TOOLS_HEAD + schema_line(schema) + TOOLS_TAIL + USER + Q + ASSISTANT + "</think>" + prefill
+    st, body, raw = post(server, "/v1/completions", {"prompt": rendered, "max_tokens": N, "temperature": 0})
+    assert st == 200, raw
+    return body["choices"][0]["text"], body["choices"][0]["finish_reason"]
+
+
+def openai_stream(client, prefill):
+    """Per call: id, name and the argument pieces in order; the content; the finish."""
+    calls, content, finish = {}, "", None
+    for ch in client.chat.completions.create(model="m", messages=prefixed(prefill), tools=TOOLS_OPENAI,
+                                             max_tokens=N, temperature=0, stream=True):
+        if not ch.choices:
+            continue
+        d = ch.choices[0].delta
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            if tc.index not in calls:  # the call's first delta: id, type, name, no arguments yet
+                assert tc.id and tc.type == "function" and tc.function.arguments == "", tc
+                calls[tc.index] = {"id": tc.id, "name": tc.function.name, "pieces": []}
+            else:
+                assert tc.id is None and tc.function.name is None, tc
+                calls[tc.index]["pieces"].append(tc.function.arguments)
+        finish = ch.choices[0].finish_reason or finish
+    return calls, content, finish
+
+
+def test_openai_arguments_stream_as_the_model_writes_them(client, server):
+    text, oracle_finish = continuation(server, TOOLS_OPENAI[0]["function"], OPEN_CITY)
+    # The oracle's assumption: the model writes plain text (no '<' or '&' that could start a tag,
+    # no EOS), so the whole of it is the value.
+    assert text and not set("<&") & set(text) and oracle_finish == "length", text
+    want = compact({"city": "Pra" + text})
+
+    r = client.chat.completions.create(model="m", messages=prefixed(OPEN_CITY), tools=TOOLS_OPENAI,
+                                       max_tokens=N, temperature=0)
+    (call,) = r.choices[0].message.tool_calls
+    assert call.function.name == "get_weather"
+    assert call.function.arguments == want
+    # The token limit cut the call: the answer ends as any answer the limit cut.
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == N
+
+    calls, content, finish = openai_stream(client, OPEN_CITY)
+    assert content == "" and finish == "length" and list(calls) == [0]
+    assert calls[0]["name"] == "get_weather"
+    pieces = calls[0]["pieces"]
+    assert "".join(pieces) == want
+    # Live: the prefill's part first, then the model's tokens one piece at a time, the closing last.
+    assert pieces[0] == '{"city":"Pra'
+    assert len(pieces) >= N // 2, pieces
+    assert pieces[-1].endswith('"}')
+
+    # The SDK's own stream helper accumulates the same arguments from its argument-delta events
+    # (its get_final_completion() refuses a finish "length", so its snapshot is read).
+    with client.chat.completions.stream(model="m", messages=prefixed(OPEN_CITY), tools=TOOLS_OPENAI,
+                                        max_tokens=N, temperature=0) as s:
+        deltas = [e.arguments_delta for e in s if e.type == "tool_calls.function.arguments.delta"]
+        final = s.current_completion_snapshot
+    assert [d for d in deltas if d] == pieces  # (the first delta's arguments "" is one event too)
+    assert final.choices[0].message.tool_calls[0].function.arguments == want
+    assert final.choices[0].finish_reason == "length"
+
+
+def test_anthropic_input_json_streams_as_the_model_writes_it(anthropic_client, server):
+    text, oracle_finish = continuation(server, TOOLS_ANTHROPIC[0], OPEN_CITY)
+    assert text and not set("<&") & set(text) and oracle_finish == "length", text
+    want = {"city": "Pra" + text}
+    msgs = [{"role": "user", "content": Q}, {"role": "assistant", "content": OPEN_CITY}]
+
+    m = anthropic_client.messages.create(model="m", max_tokens=N, tools=TOOLS_ANTHROPIC, messages=msgs,
+                                         extra_body={"temperature": 0})
+    assert m.stop_reason == "max_tokens"
+    (block,) = m.content
+    assert block.type == "tool_use" and block.name == "get_weather" and block.input == want
+
+    body = {"model": "m", "max_tokens": N, "tools": TOOLS_ANTHROPIC, "messages": msgs, "stream": True,
+            "temperature": 0}
+    st, _, raw = post(server, "/v1/messages", json.dumps(body).encode(), raw=True)
+    assert st == 200
+    events = [json.loads(l[6:]) for l in raw.decode().splitlines() if l.startswith("data: ")]
+    assert events[1]["type"] == "content_block_start"
+    assert events[1]["content_block"]["type"] == "tool_use" and events[1]["content_block"]["input"] == {}
+    deltas = [e for e in events if e["type"] == "content_block_delta"]
+    assert {e["delta"]["type"] for e in deltas} == {"input_json_delta"}
+    pieces = [e["delta"]["partial_json"] for e in deltas]
+    assert "".join(pieces) == compact(want)
+    assert pieces[0] == '{"city":"Pra' and len(pieces) >= N // 2, pieces
+    assert [e["type"] for e in events[-3:]] == ["content_block_stop", "message_delta", "message_stop"]
+    assert events[-2]["delta"]["stop_reason"] == "max_tokens"
+
+    # The SDK's stream helper parses the partial JSON as it comes: its final input is the same.
+    with anthropic_client.messages.stream(model="m", max_tokens=N, tools=TOOLS_ANTHROPIC, messages=msgs,
+                                          extra_body={"temperature": 0}) as s:
+        snapshots = [e.snapshot for e in s if e.type == "input_json"]
+        final = s.get_final_message()
+    assert final.content[0].input == want and final.stop_reason == "max_tokens"
+    assert len(snapshots) == len(pieces)
+
+
+def test_a_call_broken_after_its_start_is_closed_and_ends_the_answer(client, anthropic_client, server):
+    # After a whole parameter the model writes text where a parameter or the closing tag must come:
+    # the call, already started, is closed with what was written, and generation stops there.
+    text, _ = continuation(server, TOOLS_OPENAI[0]["function"], CITY_DONE)
+    assert text.strip() and not text.lstrip().startswith("<"), text  # the oracle's assumption
+    want = compact({"city": "Prague"})
+    r = client.chat.completions.create(model="m", messages=prefixed(CITY_DONE), tools=TOOLS_OPENAI,
+                                       max_tokens=N, temperature=0)
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert r.choices[0].message.tool_calls[0].function.arguments == want
+    assert r.choices[0].message.content == ""
+    assert r.usage.completion_tokens < N  # stopped at the defect, not at the limit
+
+    calls, content, finish = openai_stream(client, CITY_DONE)
+    assert finish == "tool_calls" and content == ""
+    assert "".join(calls[0]["pieces"]) == want
+    assert calls[0]["pieces"][-1] == "}"  # the closing brace came with the defect, after the rest
+
+    a_text, _ = continuation(server, TOOLS_ANTHROPIC[0], CITY_DONE)
+    assert a_text.strip() and not a_text.lstrip().startswith("<"), a_text
+    msgs = [{"role": "user", "content": Q}, {"role": "assistant", "content": CITY_DONE}]
+    m = anthropic_client.messages.create(model="m", max_tokens=N, tools=TOOLS_ANTHROPIC, messages=msgs,
+                                         extra_body={"temperature": 0})
+    assert m.stop_reason == "tool_use" and m.content[0].input == {"city": "Prague"}
+    with anthropic_client.messages.stream(model="m", max_tokens=N, tools=TOOLS_ANTHROPIC, messages=msgs,
+                                          extra_body={"temperature": 0}) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "tool_use" and final.content[0].input == {"city": "Prague"}
