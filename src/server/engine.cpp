@@ -287,6 +287,7 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
             }
             const int32_t id = sampler.sample(s.session.logits());
             ++res.completion_tokens;
+            res.generated.push_back(id);
             if (i == 0) first = clock::now();
             on_token(id);
             if (id == sp.eos) {

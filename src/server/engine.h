@@ -37,6 +37,7 @@ struct GenResult {
     std::string finish_reason;  // "stop" | "length" | "tool_calls"
     size_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
     size_t reasoning_tokens = 0;     // of completion_tokens, those chosen inside a think block
+    std::vector<int32_t> generated;  // every token chosen, in order (completion_tokens of them)
     runtime::StopReason stop = runtime::StopReason::Length;
     bool stop_sequence = false;  // a stop sequence ended the text
     std::string matched_stop;    // which one

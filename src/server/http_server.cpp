@@ -226,8 +226,9 @@ void send_page_file(httplib::Response &res, const WebAsset &a) {
     // policy allows this origin only (no inline script, nothing from elsewhere).
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Content-Type-Options", "nosniff");
-    res.set_header("Content-Security-Policy",
-                   "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'");
+    res.set_header(
+        "Content-Security-Policy",
+        "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'");
     res.set_content(a.body.data(), a.body.size(), std::string(a.content_type));
 }
 
@@ -308,15 +309,121 @@ struct HttpServer::Impl {
                            g.disconnected ? "client_disconnected" : "shutting_down", "");
     }
 
+    // What the trace record of a request says besides its result (docs/SERVER.md, Trace file).
+    struct Traced {
+        const char *path;
+        std::string id;
+        bool stream = false;
+        std::shared_ptr<const std::string> body;  // the request body, kept only with --trace
+        std::chrono::system_clock::time_point at = std::chrono::system_clock::now();
+        std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    };
+
+    Traced traced(const httplib::Request &req, const char *path, std::string id,
+                  bool stream) const {
+        Traced t{path, std::move(id), stream, nullptr};
+        if (opts.trace) t.body = std::make_shared<const std::string>(req.body);
+        return t;
+    }
+
+    // Appends the request's record to the trace file, if any: g is null when the engine failed
+    // (`error` says how). Never throws: a trace that cannot be written does not fail a request.
+    void trace(const Traced &t, const GenRequest &r, const std::vector<int32_t> &prompt,
+               const GenResult *g, const std::string &error) const noexcept {
+        if (!opts.trace) return;
+        try {
+            using ordered = nlohmann::ordered_json;
+            const auto ms =
+                std::chrono::duration_cast<std::chrono::milliseconds>(t.at.time_since_epoch())
+                    .count();
+            const time_t secs = time_t(ms / 1000);
+            std::tm tm{};
+            gmtime_r(&secs, &tm);
+            const std::string stamp = fmt::format(
+                "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}.{:03d}Z", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, int(ms % 1000));
+            const tokenizer::Tokenizer &tok = engine.tokenizer();
+            const bool ran = g && g->slot >= 0;
+            ordered rec;
+            rec["time"] = stamp;  // first: TraceFile recognises a record by its start
+            rec["id"] = t.id;
+            rec["endpoint"] = t.path;
+            rec["stream"] = t.stream;
+            rec["model"] = model_name(r);
+            rec["slot"] = ran ? ordered(g->slot) : ordered(nullptr);
+            rec["prompt"] = tok.decode(prompt);
+            rec["prompt_tokens"] = prompt.size();
+            rec["cached_tokens"] = ran ? g->cached_tokens : 0;
+            rec["prefill_tokens"] = ran ? prompt.size() - g->cached_tokens : 0;
+            rec["generated"] = g ? tok.decode(g->generated) : "";
+            rec["completion_tokens"] = g ? g->completion_tokens : 0;
+            rec["reasoning_tokens"] = g ? g->reasoning_tokens : 0;
+            ordered calls = ordered::array();
+            if (g)
+                for (const tokenizer::ToolCall &c : g->tool_calls)
+                    calls.push_back({{"name", c.name}, {"arguments", c.arguments}});
+            rec["tool_calls"] = calls;
+            rec["finish_reason"] = ran ? ordered(g->finish_reason) : ordered(nullptr);
+            rec["stop_sequence"] =
+                g && g->stop_sequence ? ordered(g->matched_stop) : ordered(nullptr);
+            rec["disconnected"] = g && g->disconnected;
+            rec["error"] = !error.empty() ? ordered(error)
+                           : g && !ran
+                               ? ordered(g->disconnected ? "left the queue: client disconnected"
+                                                         : "left the queue: shutting down")
+                               : ordered(nullptr);
+            rec["max_tokens"] = r.max_tokens ? ordered(*r.max_tokens) : ordered(nullptr);
+            // A float as its shortest spelling (0.05, not 0.05000000074505806).
+            const auto num = [](float f) {
+                return std::strtod(fmt::format("{}", f).c_str(), nullptr);
+            };
+            rec["sampling"] = {{"temperature", num(r.sampling.temperature)},
+                               {"top_p", num(r.sampling.top_p)},
+                               {"min_p", num(r.sampling.min_p)},
+                               {"top_k", r.sampling.top_k},
+                               {"seed", r.sampling.seed}};
+            rec["thinking"] =
+                tokenizer::thinking_enabled(tokenizer::effective_think_mode(r.think, engine.ctx()));
+            rec["timings"] = {
+                {"total_s",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t.t0).count()},
+                {"prefill_s", g ? g->prefill_seconds : 0.0},
+                {"generation_s", g ? g->generation_seconds : 0.0}};
+            rec["body"] = t.body ? *t.body : "";
+            opts.trace->write(rec);
+        } catch (...) {
+            // The record is lost; the request is not.
+        }
+    }
+
+    // Runs a request on the engine, logs it and traces it (also when the engine fails).
+    GenResult run(const Traced &t, Engine::Ticket &ticket, const GenRequest &r,
+                  const std::vector<int32_t> &prompt,
+                  const std::function<bool(const Delta &)> &on_delta,
+                  const std::function<bool(const GenResult &)> &on_start,
+                  const std::function<bool()> &gone) {
+        GenResult g;
+        try {
+            g = engine.run(ticket, r, prompt, on_delta, on_start, gone);
+        } catch (const std::exception &e) {
+            trace(t, r, prompt, nullptr, e.what());
+            throw;
+        } catch (...) {
+            trace(t, r, prompt, nullptr, "generation failed");
+            throw;
+        }
+        log(t.path, g);
+        trace(t, r, prompt, &g, "");
+        return g;
+    }
+
     // A non-streamed request run to its end (or until its client goes away), logged; throws
     // check_ran's error when it did not run.
-    template <typename Ticket>
-    GenResult run_whole(const char *path, Ticket &ticket, const GenRequest &r,
+    GenResult run_whole(const Traced &t, Engine::Ticket &ticket, const GenRequest &r,
                         const std::vector<int32_t> &prompt, ConnectionWatch &watch) {
-        const GenResult g = engine.run(
-            ticket, r, prompt, [](const Delta &) { return true; }, {},
+        GenResult g = run(
+            t, ticket, r, prompt, [](const Delta &) { return true; }, {},
             [&] { return watch.closed(); });
-        log(path, g);
         check_ran(g);
         return g;
     }
@@ -376,9 +483,10 @@ struct HttpServer::Impl {
         const std::string model = model_name(*r);
         auto ticket = admit(res);
         auto watch = watch_of(req);
+        const Traced t = traced(req, path, id, r->stream);
 
         if (!r->stream) {
-            const GenResult g = run_whole(path, *ticket, *r, *prompt, *watch);
+            const GenResult g = run_whole(t, *ticket, *r, *prompt, *watch);
             json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", g.finish_reason}};
             if (ep == Endpoint::Chat)
                 choice["message"] = chat_message(g);
@@ -396,8 +504,8 @@ struct HttpServer::Impl {
 
         stream_events(
             res, Api::OpenAI, path, opts.keepalive_seconds, watch,
-            [this, r, prompt, ticket, id, created, model, ep, path](const SendFn &send_raw,
-                                                                    const GoneFn &gone) {
+            [this, r, prompt, ticket, id, created, model, ep, t](const SendFn &send_raw,
+                                                                 const GoneFn &gone) {
                 auto send = [&](const json &j) { return send_raw(sse_data(j)); };
                 const json first =
                     ep == Endpoint::Chat ? json{{"role", "assistant"}, {"content", ""}} : json("");
@@ -421,8 +529,7 @@ struct HttpServer::Impl {
                     }
                     return true;
                 };
-                const GenResult g = engine.run(*ticket, *r, *prompt, on_delta, {}, gone);
-                log(path, g);
+                const GenResult g = run(t, *ticket, *r, *prompt, on_delta, {}, gone);
                 if (g.disconnected) return false;
                 check_ran(g);
                 const json end = ep == Endpoint::Chat ? json::object() : json("");
@@ -447,27 +554,28 @@ struct HttpServer::Impl {
         const std::string model = model_name(*r);
         auto ticket = admit(res);
         auto watch = watch_of(req);
+        const Traced t = traced(req, path, id, r->stream);
         if (!r->stream) {
-            const GenResult g = run_whole(path, *ticket, *r, *prompt, *watch);
+            const GenResult g = run_whole(t, *ticket, *r, *prompt, *watch);
             send_json(res, 200, anthropic_message(g, id, model));
             return;
         }
-        stream_events(res, Api::Anthropic, path, opts.keepalive_seconds, watch,
-                      [this, r, prompt, ticket, id, model](const SendFn &send, const GoneFn &gone) {
-                          AnthropicStream events(id, model);
-                          auto send_all = [&](const std::vector<SseEvent> &evs) {
-                              return send_events(send, evs);
-                          };
-                          const GenResult g = engine.run(
-                              *ticket, *r, *prompt,
-                              [&](const Delta &d) { return send_all(events.delta(d)); },
-                              [&](const GenResult &s) { return send_all(events.start(s)); }, gone);
-                          log(path, g);
-                          if (g.disconnected) return false;
-                          check_ran(g);
-                          send_all(events.finish(g));
-                          return true;
-                      });
+        stream_events(
+            res, Api::Anthropic, path, opts.keepalive_seconds, watch,
+            [this, r, prompt, ticket, id, model, t](const SendFn &send, const GoneFn &gone) {
+                AnthropicStream events(id, model);
+                auto send_all = [&](const std::vector<SseEvent> &evs) {
+                    return send_events(send, evs);
+                };
+                const GenResult g = run(
+                    t, *ticket, *r, *prompt,
+                    [&](const Delta &d) { return send_all(events.delta(d)); },
+                    [&](const GenResult &s) { return send_all(events.start(s)); }, gone);
+                if (g.disconnected) return false;
+                check_ran(g);
+                send_all(events.finish(g));
+                return true;
+            });
     }
 
     // POST /v1/responses (docs/SERVER.md, Responses). With previous_response_id the stored
@@ -496,6 +604,7 @@ struct HttpServer::Impl {
                                 rr->echo};
         auto ticket = admit(res);
         auto watch = watch_of(req);
+        const Traced t = traced(req, path, meta.id, rr->gen.stream);
         // The turn kept is the input and the output read back as input items: what a client
         // replaying this response would send.
         auto keep = [this, rr, previous, id = meta.id](const json &response) {
@@ -507,7 +616,7 @@ struct HttpServer::Impl {
                             rr->input_items});
         };
         if (!rr->gen.stream) {
-            const GenResult g = run_whole(path, *ticket, rr->gen, *prompt, *watch);
+            const GenResult g = run_whole(t, *ticket, rr->gen, *prompt, *watch);
             const json body = response_from_result(meta, g);
             keep(body);
             send_json(res, 200, body);
@@ -515,13 +624,12 @@ struct HttpServer::Impl {
         }
         stream_events(
             res, Api::OpenAI, path, opts.keepalive_seconds, watch,
-            [this, rr, prompt, ticket, meta, keep](const SendFn &send, const GoneFn &gone) {
+            [this, rr, prompt, ticket, meta, keep, t](const SendFn &send, const GoneFn &gone) {
                 ResponsesStream events(meta);
                 if (!send_events(send, events.start())) return false;
-                const GenResult g = engine.run(
-                    *ticket, rr->gen, *prompt,
+                const GenResult g = run(
+                    t, *ticket, rr->gen, *prompt,
                     [&](const Delta &d) { return send_events(send, events.delta(d)); }, {}, gone);
-                log(path, g);
                 if (g.disconnected) return false;
                 check_ran(g);
                 const std::vector<SseEvent> last = events.finish(g);

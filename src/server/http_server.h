@@ -10,6 +10,7 @@
 
 #include "server/engine.h"
 #include "server/responses_store.h"
+#include "server/trace.h"
 
 namespace ds4::server {
 
@@ -30,6 +31,7 @@ struct ServerOptions {
     int retry_after_seconds = 1;        // the Retry-After of a 503 (queue full)
     size_t http_threads = 0;            // 0 = max(16, 2 * (slots + queue) + 8)
     size_t responses_store = kDefaultResponsesStore;  // stored /v1/responses answers kept
+    TraceFile *trace = nullptr;  // --trace: a record per generation request; null = none
 };
 
 class HttpServer {

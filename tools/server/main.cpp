@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -25,6 +26,7 @@
 #include "server/engine.h"
 #include "server/http_server.h"
 #include "server/kv_disk_cache.h"
+#include "server/trace.h"
 #include "ssd_streaming_option.h"
 #include "startup_line.h"
 #include "tokenizer/tokenizer.h"
@@ -58,6 +60,7 @@ struct Options {
     std::string kv_disk_dir;
     uint64_t kv_disk_space_mb = 4096;
     ds4::server::KvDiskOptions kv;
+    std::string trace;  // --trace FILE (docs/SERVER.md, Trace file)
 };
 
 // A missing file is named as such before the library's message (bad input, exit 2).
@@ -173,6 +176,11 @@ int server_main(int argc, char **argv) {
                        "no alignment")
             ->check(integer_in(0, std::numeric_limits<int32_t>::max()))
             ->default_str("2048");
+    app.add_option("--trace", opt.trace,
+                   "Append a record per generation request (the rendered prompt, the tokens "
+                   "reused and prefilled, the generated text, timings, the finish reason) to "
+                   "FILE, one JSON object per line")
+        ->type_name("FILE");
     ds4::tools::add_backend_options(app, opt.backend);
     ds4::tools::SsdStreamingFlags ssd;
     ds4::tools::add_ssd_streaming_options(app, ssd);
@@ -231,6 +239,20 @@ int server_main(int argc, char **argv) {
         throw UsageError(fmt::format(
             "--kv-cache-cold-max-tokens {} must be 0 or at least --kv-cache-min-tokens {}",
             opt.kv.cold_max_tokens, opt.kv.min_tokens));
+
+    // The trace file is opened before the model loads: a path that cannot be written fails at
+    // once (exit 2).
+    std::unique_ptr<ds4::server::TraceFile> trace;
+    if (!opt.trace.empty()) {
+        try {
+            trace =
+                std::make_unique<ds4::server::TraceFile>(opt.trace, [](const std::string &line) {
+                    fmt::print(stderr, "{}: trace: {}\n", kTool, line);
+                });
+        } catch (const ds4::Error &e) {
+            throw UsageError(fmt::format("--trace: {}", e.what()));
+        }
+    }
 
     const auto streaming = ssd.options(backend, opt.model);
     auto model = from_model_file(opt.model, [&] {
@@ -306,6 +328,7 @@ int server_main(int argc, char **argv) {
         .write_timeout_seconds = opt.write_timeout,
         .idle_timeout_seconds = opt.idle_timeout,
         .responses_store = opt.responses_store,
+        .trace = trace.get(),
     };
     ds4::server::HttpServer server(engine, sopt);
     const int port = server.bind();
