@@ -309,19 +309,24 @@ struct HttpServer::Impl {
                            g.disconnected ? "client_disconnected" : "shutting_down", "");
     }
 
+    // When a request came in (a handler's first statement).
+    struct Arrival {
+        std::chrono::system_clock::time_point at = std::chrono::system_clock::now();
+        std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    };
+
     // What the trace record of a request says besides its result (docs/SERVER.md, Trace file).
     struct Traced {
         const char *path;
         std::string id;
         bool stream = false;
         std::shared_ptr<const std::string> body;  // the request body, kept only with --trace
-        std::chrono::system_clock::time_point at = std::chrono::system_clock::now();
-        std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+        Arrival arrival;
     };
 
-    Traced traced(const httplib::Request &req, const char *path, std::string id,
-                  bool stream) const {
-        Traced t{path, std::move(id), stream, nullptr};
+    Traced traced(const httplib::Request &req, const char *path, std::string id, bool stream,
+                  const Arrival &arrival) const {
+        Traced t{path, std::move(id), stream, nullptr, arrival};
         if (opts.trace) t.body = std::make_shared<const std::string>(req.body);
         return t;
     }
@@ -333,9 +338,9 @@ struct HttpServer::Impl {
         if (!opts.trace) return;
         try {
             using ordered = nlohmann::ordered_json;
-            const auto ms =
-                std::chrono::duration_cast<std::chrono::milliseconds>(t.at.time_since_epoch())
-                    .count();
+            const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                t.arrival.at.time_since_epoch())
+                                .count();
             const time_t secs = time_t(ms / 1000);
             std::tm tm{};
             gmtime_r(&secs, &tm);
@@ -384,11 +389,11 @@ struct HttpServer::Impl {
                                {"seed", r.sampling.seed}};
             rec["thinking"] =
                 tokenizer::thinking_enabled(tokenizer::effective_think_mode(r.think, engine.ctx()));
-            rec["timings"] = {
-                {"total_s",
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t.t0).count()},
-                {"prefill_s", g ? g->prefill_seconds : 0.0},
-                {"generation_s", g ? g->generation_seconds : 0.0}};
+            rec["timings"] = {{"total_s", std::chrono::duration<double>(
+                                              std::chrono::steady_clock::now() - t.arrival.t0)
+                                              .count()},
+                              {"prefill_s", g ? g->prefill_seconds : 0.0},
+                              {"generation_s", g ? g->generation_seconds : 0.0}};
             rec["body"] = t.body ? *t.body : "";
             opts.trace->write(rec);
         } catch (...) {
@@ -472,6 +477,7 @@ struct HttpServer::Impl {
     }
 
     void generate(const httplib::Request &req, httplib::Response &res, Endpoint ep) {
+        const Arrival arrival;
         const char *path = ep == Endpoint::Chat ? "/v1/chat/completions" : "/v1/completions";
         auto r =
             std::make_shared<GenRequest>(ep == Endpoint::Chat ? parse_chat_request(req.body)
@@ -483,7 +489,7 @@ struct HttpServer::Impl {
         const std::string model = model_name(*r);
         auto ticket = admit(res);
         auto watch = watch_of(req);
-        const Traced t = traced(req, path, id, r->stream);
+        const Traced t = traced(req, path, id, r->stream, arrival);
 
         if (!r->stream) {
             const GenResult g = run_whole(t, *ticket, *r, *prompt, *watch);
@@ -548,13 +554,14 @@ struct HttpServer::Impl {
     // POST /v1/messages (docs/SERVER.md, Anthropic messages).
     void messages(const httplib::Request &req, httplib::Response &res) {
         static constexpr const char *path = "/v1/messages";
+        const Arrival arrival;
         auto r = std::make_shared<GenRequest>(parse_messages_request(req.body));
         auto prompt = std::make_shared<std::vector<int32_t>>(engine.prompt_tokens(*r));
         const std::string id = fmt::format("msg_{}", ++seq);
         const std::string model = model_name(*r);
         auto ticket = admit(res);
         auto watch = watch_of(req);
-        const Traced t = traced(req, path, id, r->stream);
+        const Traced t = traced(req, path, id, r->stream, arrival);
         if (!r->stream) {
             const GenResult g = run_whole(t, *ticket, *r, *prompt, *watch);
             send_json(res, 200, anthropic_message(g, id, model));
@@ -583,6 +590,7 @@ struct HttpServer::Impl {
     // conversation are kept (before the answer is sent, so that the next turn finds it).
     void responses(const httplib::Request &req, httplib::Response &res) {
         static constexpr const char *path = "/v1/responses";
+        const Arrival arrival;
         auto rr = std::make_shared<ResponsesRequest>(parse_responses_request(req.body));
         std::shared_ptr<const ResponseTurn> previous;
         if (!rr->previous_response_id.empty()) {
@@ -604,7 +612,7 @@ struct HttpServer::Impl {
                                 rr->echo};
         auto ticket = admit(res);
         auto watch = watch_of(req);
-        const Traced t = traced(req, path, meta.id, rr->gen.stream);
+        const Traced t = traced(req, path, meta.id, rr->gen.stream, arrival);
         // The turn kept is the input and the output read back as input items: what a client
         // replaying this response would send.
         auto keep = [this, rr, previous, id = meta.id](const json &response) {
