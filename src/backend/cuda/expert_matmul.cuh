@@ -18,6 +18,7 @@
 
 #include "backend/cuda/expert_groups.h"
 #include "backend/cuda/expert_matvec.cuh"
+#include "backend/cuda/expert_table.h"
 
 namespace ds4::cuda::expert_matmul {
 
@@ -32,10 +33,9 @@ constexpr int kRowSplit = 4;  // blocks per expert (each loops over its share of
 
 template <class Format>
 __global__ void __launch_bounds__(kThreads, 2)
-    kernel(const uint8_t *__restrict__ wq, const uint8_t *__restrict__ wscales, int64_t n_rows,
-           int64_t k, ExpertGroups groups, const int8_t *__restrict__ xq,
-           const float *__restrict__ xd, const int16_t *__restrict__ xbsums,
-           float *__restrict__ y) {
+    kernel(ExpertTable table, int64_t n_rows, int64_t k, ExpertGroups groups,
+           const int8_t *__restrict__ xq, const float *__restrict__ xd,
+           const int16_t *__restrict__ xbsums, float *__restrict__ y) {
     dev::wait_for_previous_kernels();
     const int64_t expert = blockIdx.y;
     const int begin = groups.offsets[expert], end = groups.offsets[expert + 1];
@@ -50,8 +50,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t nb = k / kQK, row_bytes = nb * Format::kPieces * kPieceBytes;
     const int64_t pieces = nb * Format::kPieces;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const uint8_t *wbase = wq + expert * n_rows * row_bytes;
-    const uint8_t *sbase = wscales + expert * n_rows * nb * Format::Scales::kBytes;
+    const uint8_t *wbase = table.qs[expert], *sbase = table.scales[expert];
     __shared__ int64_t xrow[kTile];
     for (int tile = begin + int(blockIdx.z) * kTile; tile < end; tile += int(gridDim.z) * kTile) {
         const int nt = min(kTile, end - tile);
@@ -132,17 +131,18 @@ void prepare() {
                                         200 * 1024));
 }
 
-// wq, wscales: the [n_experts][n_rows][k] tensor's planes; groups over its n_experts experts;
-// x: the activation rows (Q8_K planes, rows of k values) the pairs name through x_div.
+// table: where the experts of the [n_experts][n_rows][k] tensor are (expert_table.h); groups over
+// its n_experts experts; x: the activation rows (Q8_K planes, rows of k values) the pairs name
+// through x_div.
 template <class Format>
-void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k,
-            const ExpertGroups &groups, const int8_t *xq, const float *xd, const int16_t *xbsums,
-            float *y, cudaStream_t stream) {
+void launch(const ExpertTable &table, int64_t n_rows, int64_t k, const ExpertGroups &groups,
+            const int8_t *xq, const float *xd, const int16_t *xbsums, float *y,
+            cudaStream_t stream) {
     const dim3 grid = grouped_grid(groups, kRowSplit, kTile, "expert_matmul");
     if (shared_bytes<Format>(k) > 200 * 1024)
         throw ds4::Error("expert_matmul: rows too long for the staged activations");
-    launch_kernel(kernel<Format>, grid, kThreads, shared_bytes<Format>(k), stream, wq, wscales,
-                  n_rows, k, groups, xq, xd, xbsums, y);
+    launch_kernel(kernel<Format>, grid, kThreads, shared_bytes<Format>(k), stream, table, n_rows, k,
+                  groups, xq, xd, xbsums, y);
 }
 
 }  // namespace ds4::cuda::expert_matmul

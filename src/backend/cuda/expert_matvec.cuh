@@ -1,7 +1,8 @@
 #pragma once
 // The decode matvec skeleton shared by the routed-expert formats whose dot products take Q8_K
 // activations (IQ2_XXS, Q2_K): one launch covers n_ids experts of a [n_experts][n_rows][k]
-// tensor, expert ids[i] in output slot i (blockIdx.y), the ids read on the device. The
+// tensor, expert ids[i] in output slot i (blockIdx.y), the ids read on the device and the
+// expert's planes found through the tensor's expert table (expert_table.h). The
 // activation is one row for every slot (gate, up: the layer's input) or one row per slot (down:
 // each expert's own SwiGLU output), rows of k values.
 //
@@ -33,13 +34,14 @@
 //   float term(Sums, Scales, dx)  the CPU's float term of one super-block
 //   kOutputScale                 a constant applied once to the row's sum (1/8 for IQ2_XXS)
 //   kPieces: 16-byte pieces of quants per super-block (a power of two up to 32)
-//   pointers: qs plane (16 kPieces bytes per super-block), scale plane of Scales::kBytes each
+//   planes: qs (16 kPieces bytes per super-block), scales (Scales::kBytes per super-block)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/expert_table.h"
 #include "backend/cuda/launch.cuh"
 
 namespace ds4::cuda::expert_matvec {
@@ -48,9 +50,9 @@ constexpr int kThreads = 256, kWarps = kThreads / 32, kQK = 256, kPieceBytes = 1
 
 // A second tensor of the same shape and format for the same slots (the routed gate and up):
 // one launch of 2 n_ids slots, each output the bits of its own launch (a row's sum does not
-// depend on the grid). wq null: none.
+// depend on the grid). table.qs null: none.
 struct Second {
-    const uint8_t *wq = nullptr, *wscales = nullptr;
+    ExpertTable table;
     float *y = nullptr;
     int64_t n_ids = 0;
 };
@@ -59,18 +61,16 @@ struct Second {
 // IQ2_XXS tables allow 3).
 template <class Format, int R>
 __global__ void __launch_bounds__(kThreads, 3)
-    kernel(const uint8_t *__restrict__ wq, const uint8_t *__restrict__ wscales, int64_t n_rows,
-           int64_t k, const int32_t *__restrict__ ids, bool x_per_slot,
-           const int8_t *__restrict__ xq, const float *__restrict__ xd,
+    kernel(ExpertTable table, int64_t n_rows, int64_t k, const int32_t *__restrict__ ids,
+           bool x_per_slot, const int8_t *__restrict__ xq, const float *__restrict__ xd,
            const int16_t *__restrict__ xbsums, float *__restrict__ y, Second second) {
     dev::wait_for_previous_kernels();
     // The slot of blockIdx.y, and with a second tensor the slots after the first's n_ids are
     // its own (the same ids, x, rows and k).
     int64_t slot = blockIdx.y;
-    if (second.wq && slot >= second.n_ids) {
+    if (second.table.qs && slot >= second.n_ids) {
         slot -= second.n_ids;
-        wq = second.wq;
-        wscales = second.wscales;
+        table = second.table;
         y = second.y;
     }
     if (x_per_slot) {
@@ -91,8 +91,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int64_t nb = k / kQK, row_bytes = nb * Format::kPieces * kPieceBytes;
     const int64_t pieces = nb * Format::kPieces;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const uint8_t *wbase = wq + expert * n_rows * row_bytes;
-    const uint8_t *sbase = wscales + expert * n_rows * nb * Format::Scales::kBytes;
+    const uint8_t *wbase = table.qs[expert], *sbase = table.scales[expert];
     for (int64_t group = blockIdx.x; group * kWarps * R < n_rows; group += gridDim.x) {
         const int64_t row0 = (group * kWarps + warp) * R;
         float acc[R];
@@ -168,10 +167,10 @@ void prepare() {
 }
 
 template <class Format, int R>
-void launch_rows(dim3 grid, size_t smem, const uint8_t *wq, const uint8_t *wscales, int64_t n_rows,
-                 int64_t k, const int32_t *ids, bool x_per_slot, const int8_t *xq, const float *xd,
+void launch_rows(dim3 grid, size_t smem, const ExpertTable &table, int64_t n_rows, int64_t k,
+                 const int32_t *ids, bool x_per_slot, const int8_t *xq, const float *xd,
                  const int16_t *xbsums, float *y, const Second &second, cudaStream_t stream) {
-    launch_kernel(kernel<Format, R>, grid, kThreads, smem, stream, wq, wscales, n_rows, k, ids,
+    launch_kernel(kernel<Format, R>, grid, kThreads, smem, stream, table, n_rows, k, ids,
                   x_per_slot, xq, xd, xbsums, y, second);
 }
 
@@ -179,11 +178,11 @@ void launch_rows(dim3 grid, size_t smem, const uint8_t *wq, const uint8_t *wscal
 // at most that many blocks, each looping over row groups. Dynamic shared memory: the format's
 // tables and the k int8 activations.
 template <class Format>
-void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k,
-            const int32_t *ids, int n_ids, bool x_per_slot, const int8_t *xq, const float *xd,
-            const int16_t *xbsums, float *y, cudaStream_t stream, const Second &second = {}) {
+void launch(const ExpertTable &table, int64_t n_rows, int64_t k, const int32_t *ids, int n_ids,
+            bool x_per_slot, const int8_t *xq, const float *xd, const int16_t *xbsums, float *y,
+            cudaStream_t stream, const Second &second = {}) {
     constexpr int64_t kTargetBlocks = 3 * 132;
-    if (second.wq) n_ids = int(2 * second.n_ids);  // the two tensors' slots
+    if (second.table.qs) n_ids = int(2 * second.n_ids);  // the two tensors' slots
     const int64_t warp_rows = (n_rows + kWarps - 1) / kWarps * n_ids;
     const int r = warp_rows >= 4 * kTargetBlocks ? 4 : warp_rows >= 2 * kTargetBlocks ? 2 : 1;
     const int64_t groups = (n_rows + kWarps * r - 1) / (kWarps * r);
@@ -191,14 +190,14 @@ void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k
     const dim3 grid(unsigned(std::min(groups, per_slot)), unsigned(n_ids));
     const size_t smem = size_t(Format::kTableBytes) + size_t(k);
     if (r == 4)
-        launch_rows<Format, 4>(grid, smem, wq, wscales, n_rows, k, ids, x_per_slot, xq, xd, xbsums,
-                               y, second, stream);
+        launch_rows<Format, 4>(grid, smem, table, n_rows, k, ids, x_per_slot, xq, xd, xbsums, y,
+                               second, stream);
     else if (r == 2)
-        launch_rows<Format, 2>(grid, smem, wq, wscales, n_rows, k, ids, x_per_slot, xq, xd, xbsums,
-                               y, second, stream);
+        launch_rows<Format, 2>(grid, smem, table, n_rows, k, ids, x_per_slot, xq, xd, xbsums, y,
+                               second, stream);
     else
-        launch_rows<Format, 1>(grid, smem, wq, wscales, n_rows, k, ids, x_per_slot, xq, xd, xbsums,
-                               y, second, stream);
+        launch_rows<Format, 1>(grid, smem, table, n_rows, k, ids, x_per_slot, xq, xd, xbsums, y,
+                               second, stream);
 }
 
 }  // namespace ds4::cuda::expert_matvec

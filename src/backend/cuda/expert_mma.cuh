@@ -31,6 +31,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/expert_groups.h"
+#include "backend/cuda/expert_table.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_s8.cuh"
 
@@ -49,10 +50,9 @@ struct MmaA {
 
 template <class Format>
 __global__ void __launch_bounds__(kThreads, 2)
-    kernel(const uint8_t *__restrict__ wq, const uint8_t *__restrict__ wscales, int64_t n_rows,
-           int64_t k, ExpertGroups groups, const int8_t *__restrict__ xq,
-           const float *__restrict__ xd, const int16_t *__restrict__ xbsums,
-           float *__restrict__ y) {
+    kernel(ExpertTable table, int64_t n_rows, int64_t k, ExpertGroups groups,
+           const int8_t *__restrict__ xq, const float *__restrict__ xd,
+           const int16_t *__restrict__ xbsums, float *__restrict__ y) {
     dev::wait_for_previous_kernels();
     const int64_t expert = blockIdx.y;
     const int begin = groups.offsets[expert], end = groups.offsets[expert + 1];
@@ -64,8 +64,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     const int64_t nb = k / kQK, row_bytes = nb * Format::kPieces * 16;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    const uint8_t *wbase = wq + expert * n_rows * row_bytes;
-    const uint8_t *sbase = wscales + expert * n_rows * nb * Format::Scales::kBytes;
+    const uint8_t *wbase = table.qs[expert], *sbase = table.scales[expert];
     for (int tile = begin + int(blockIdx.z) * kTile; tile < end; tile += int(gridDim.z) * kTile) {
         const int nt = min(kTile, end - tile);
         // The lane's pair as the mma's column g, and its outputs' pairs 2 c, 2 c + 1 (past the
@@ -148,15 +147,15 @@ void prepare() {
                                         int(shared_bytes<Format>())));
 }
 
-// As expert_matmul::launch: wq, wscales the [n_experts][n_rows][k] tensor's planes; groups over
+// As expert_matmul::launch: table the [n_experts][n_rows][k] tensor's experts; groups over
 // its experts; x the activation rows (Q8_K planes, rows of k values) the pairs name via x_div.
 template <class Format>
-void launch(const uint8_t *wq, const uint8_t *wscales, int64_t n_rows, int64_t k,
-            const ExpertGroups &groups, const int8_t *xq, const float *xd, const int16_t *xbsums,
-            float *y, cudaStream_t stream) {
+void launch(const ExpertTable &table, int64_t n_rows, int64_t k, const ExpertGroups &groups,
+            const int8_t *xq, const float *xd, const int16_t *xbsums, float *y,
+            cudaStream_t stream) {
     const dim3 grid = grouped_grid(groups, kRowSplit, kTile, "expert_mma");
-    launch_kernel(kernel<Format>, grid, kThreads, shared_bytes<Format>(), stream, wq, wscales,
-                  n_rows, k, groups, xq, xd, xbsums, y);
+    launch_kernel(kernel<Format>, grid, kThreads, shared_bytes<Format>(), stream, table, n_rows, k,
+                  groups, xq, xd, xbsums, y);
 }
 
 }  // namespace ds4::cuda::expert_mma

@@ -236,14 +236,17 @@ Iq2xxsWeights::Iq2xxsWeights(const void *ggml_blocks, int64_t n_rows, int64_t k,
     expert_matvec::prepare<Iq2xxsFormat>();
     expert_matmul::prepare<Iq2xxsFormat>();
     expert_mma::prepare<Iq2xxsFormat>();
-    view_ = {qs_.as<uint8_t>(), d_.as<uint16_t>(), n_rows, k, n_experts};
+    const int64_t expert_blocks = n_rows * (k / kQK);
+    table_ = ResidentExpertTable(qs_.get(), size_t(expert_blocks) * kGroupBytes, d_.get(),
+                                 size_t(expert_blocks) * sizeof(uint16_t), n_experts);
+    view_ = {qs_.as<uint8_t>(), d_.as<uint16_t>(), n_rows, k, n_experts, table_.table()};
 }
 
 void matvec_iq2_xxs(const Iq2xxsExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
                     float *y, cudaStream_t stream, bool x_per_slot) {
     if (n_ids <= 0 || w.n_rows == 0) return;
-    expert_matvec::launch<Iq2xxsFormat>(w.qs, reinterpret_cast<const uint8_t *>(w.d), w.n_rows, w.k,
-                                        ids, n_ids, x_per_slot, x.q, x.d, x.bsums, y, stream);
+    expert_matvec::launch<Iq2xxsFormat>(w.table, w.n_rows, w.k, ids, n_ids, x_per_slot, x.q, x.d,
+                                        x.bsums, y, stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -253,21 +256,20 @@ void matvec_iq2_xxs_pair(const Iq2xxsExperts &a, const Iq2xxsExperts &b, const i
     if (a.n_rows != b.n_rows || a.k != b.k || a.n_experts != b.n_experts)
         throw ds4::Error("matvec_iq2_xxs_pair: two tensors of one shape");
     if (n_ids <= 0 || a.n_rows == 0) return;
-    const expert_matvec::Second second{b.qs, reinterpret_cast<const uint8_t *>(b.d), yb, n_ids};
-    expert_matvec::launch<Iq2xxsFormat>(a.qs, reinterpret_cast<const uint8_t *>(a.d), a.n_rows, a.k,
-                                        ids, n_ids, false, x.q, x.d, x.bsums, ya, stream, second);
+    const expert_matvec::Second second{b.table, yb, n_ids};
+    expert_matvec::launch<Iq2xxsFormat>(a.table, a.n_rows, a.k, ids, n_ids, false, x.q, x.d,
+                                        x.bsums, ya, stream, second);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 void matmul_iq2_xxs_grouped(const Iq2xxsExperts &w, const ExpertGroups &groups,
                             const Q8_KActivation &x, float *y, cudaStream_t stream) {
     if (w.n_rows == 0) return;
-    const auto *d = reinterpret_cast<const uint8_t *>(w.d);
     if (mma_enabled())
-        expert_mma::launch<Iq2xxsFormat>(w.qs, d, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
+        expert_mma::launch<Iq2xxsFormat>(w.table, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
                                          stream);
     else
-        expert_matmul::launch<Iq2xxsFormat>(w.qs, d, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
+        expert_matmul::launch<Iq2xxsFormat>(w.table, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
                                             stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/expert_groups.h"
+#include "backend/cuda/expert_table.h"
 #include "backend/cuda/q8_k_quantize.h"
 
 namespace ds4::cuda {
@@ -26,6 +27,7 @@ struct Iq2xxsExperts {
     const uint8_t *qs = nullptr;  // [n_experts][n_rows][k / 256][64]
     const uint16_t *d = nullptr;  // [n_experts][n_rows][k / 256]
     int64_t n_rows = 0, k = 0, n_experts = 0;
+    ExpertTable table;  // each expert's qs and d planes: what the kernels read
 };
 
 // The repacked planes on the host: the CPU twin of the device layout.
@@ -44,6 +46,7 @@ class Iq2xxsWeights {
 
   private:
     DeviceBuffer qs_, d_;
+    ResidentExpertTable table_;
     Iq2xxsExperts view_;
 };
 

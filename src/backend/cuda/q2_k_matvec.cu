@@ -197,14 +197,17 @@ Q2KWeights::Q2KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64
     expert_matvec::prepare<Q2KFormat>();
     expert_matmul::prepare<Q2KFormat>();
     expert_mma::prepare<Q2KFormat>();
-    view_ = {qs_.as<uint8_t>(), records_.as<uint8_t>(), n_rows, k, n_experts};
+    const int64_t expert_blocks = n_rows * (k / kQK);
+    table_ = ResidentExpertTable(qs_.get(), size_t(expert_blocks) * 64, records_.get(),
+                                 size_t(expert_blocks) * kQ2KRecordBytes, n_experts);
+    view_ = {qs_.as<uint8_t>(), records_.as<uint8_t>(), n_rows, k, n_experts, table_.table()};
 }
 
 void matvec_q2_K(const Q2KExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
                  float *y, cudaStream_t stream, bool x_per_slot) {
     if (n_ids <= 0 || w.n_rows == 0) return;
-    expert_matvec::launch<Q2KFormat>(w.qs, w.records, w.n_rows, w.k, ids, n_ids, x_per_slot, x.q,
-                                     x.d, x.bsums, y, stream);
+    expert_matvec::launch<Q2KFormat>(w.table, w.n_rows, w.k, ids, n_ids, x_per_slot, x.q, x.d,
+                                     x.bsums, y, stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -212,11 +215,10 @@ void matmul_q2_K_grouped(const Q2KExperts &w, const ExpertGroups &groups, const 
                          float *y, cudaStream_t stream) {
     if (w.n_rows == 0) return;
     if (mma_enabled())
-        expert_mma::launch<Q2KFormat>(w.qs, w.records, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
-                                      stream);
+        expert_mma::launch<Q2KFormat>(w.table, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y, stream);
     else
-        expert_matmul::launch<Q2KFormat>(w.qs, w.records, w.n_rows, w.k, groups, x.q, x.d, x.bsums,
-                                         y, stream);
+        expert_matmul::launch<Q2KFormat>(w.table, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
+                                         stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

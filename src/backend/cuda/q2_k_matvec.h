@@ -17,6 +17,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/expert_groups.h"
+#include "backend/cuda/expert_table.h"
 #include "backend/cuda/q8_k_quantize.h"
 
 namespace ds4::cuda {
@@ -25,6 +26,7 @@ struct Q2KExperts {
     const uint8_t *qs = nullptr;       // [n_experts][n_rows][k / 256][64]
     const uint8_t *records = nullptr;  // [n_experts][n_rows][k / 256][20]
     int64_t n_rows = 0, k = 0, n_experts = 0;
+    ExpertTable table;  // each expert's qs and records planes: what the kernels read
 };
 
 constexpr int kQ2KRecordBytes = 20;
@@ -42,6 +44,7 @@ class Q2KWeights {
 
   private:
     DeviceBuffer qs_, records_;
+    ResidentExpertTable table_;
     Q2KExperts view_;
 };
 

@@ -146,14 +146,17 @@ Q4KWeights::Q4KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64
     upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 16, 128, qs_.get(), headers_.get());
     expert_matvec::prepare<Q4KFormat>();
     expert_matmul::prepare<Q4KFormat>();
-    view_ = {qs_.as<uint8_t>(), headers_.as<uint8_t>(), n_rows, k, n_experts};
+    const int64_t expert_blocks = n_rows * (k / kQK);
+    table_ = ResidentExpertTable(qs_.get(), size_t(expert_blocks) * 128, headers_.get(),
+                                 size_t(expert_blocks) * 16, n_experts);
+    view_ = {qs_.as<uint8_t>(), headers_.as<uint8_t>(), n_rows, k, n_experts, table_.table()};
 }
 
 void matvec_q4_K(const Q4KExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
                  float *y, cudaStream_t stream, bool x_per_slot) {
     if (n_ids <= 0 || w.n_rows == 0) return;
-    expert_matvec::launch<Q4KFormat>(w.qs, w.headers, w.n_rows, w.k, ids, n_ids, x_per_slot, x.q,
-                                     x.d, x.bsums, y, stream);
+    expert_matvec::launch<Q4KFormat>(w.table, w.n_rows, w.k, ids, n_ids, x_per_slot, x.q, x.d,
+                                     x.bsums, y, stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -162,17 +165,16 @@ void matvec_q4_K_pair(const Q4KExperts &a, const Q4KExperts &b, const int32_t *i
     if (a.n_rows != b.n_rows || a.k != b.k || a.n_experts != b.n_experts)
         throw ds4::Error("matvec_q4_K_pair: two tensors of one shape");
     if (n_ids <= 0 || a.n_rows == 0) return;
-    const expert_matvec::Second second{b.qs, b.headers, yb, n_ids};
-    expert_matvec::launch<Q4KFormat>(a.qs, a.headers, a.n_rows, a.k, ids, n_ids, false, x.q, x.d,
-                                     x.bsums, ya, stream, second);
+    const expert_matvec::Second second{b.table, yb, n_ids};
+    expert_matvec::launch<Q4KFormat>(a.table, a.n_rows, a.k, ids, n_ids, false, x.q, x.d, x.bsums,
+                                     ya, stream, second);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 void matmul_q4_K_grouped(const Q4KExperts &w, const ExpertGroups &groups, const Q8_KActivation &x,
                          float *y, cudaStream_t stream) {
     if (w.n_rows == 0) return;
-    expert_matmul::launch<Q4KFormat>(w.qs, w.headers, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y,
-                                     stream);
+    expert_matmul::launch<Q4KFormat>(w.table, w.n_rows, w.k, groups, x.q, x.d, x.bsums, y, stream);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -17,6 +17,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/expert_groups.h"
+#include "backend/cuda/expert_table.h"
 #include "backend/cuda/q8_k_quantize.h"
 
 namespace ds4::cuda {
@@ -25,6 +26,7 @@ struct Q4KExperts {
     const uint8_t *qs = nullptr;       // [n_experts][n_rows][k / 256][128]
     const uint8_t *headers = nullptr;  // [n_experts][n_rows][k / 256][16]
     int64_t n_rows = 0, k = 0, n_experts = 0;
+    ExpertTable table;  // each expert's qs and headers planes: what the kernels read
 };
 
 struct Q4KPlanes {
@@ -39,6 +41,7 @@ class Q4KWeights {
 
   private:
     DeviceBuffer qs_, headers_;
+    ResidentExpertTable table_;
     Q4KExperts view_;
 };
 
