@@ -7,7 +7,6 @@
 #include <random>
 
 #include "tokenizer/dsml_render.h"
-#include "tokenizer/utf8.h"
 
 namespace ds4::server {
 
@@ -98,17 +97,47 @@ std::string json_escaped(std::string_view text) {
     return quoted.substr(1, quoted.size() - 2);
 }
 
+// The length of the UTF-8 character at the start of s (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF); 0 when s does not start with one, and then *pending when
+// more bytes could still complete it. (The tokenizer's utf8.h says the same; the tracker keeps
+// its own so that the request fuzzer links it without the tokenizer.)
+size_t utf8_char(std::string_view s, bool *pending) {
+    *pending = false;
+    const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+    const unsigned char c = b(0);
+    size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0) lo = 0xA0;  // no overlong forms
+        if (c == 0xED) hi = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0) lo = 0x90;  // no overlong forms
+        if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < n; ++i) {
+        if (i == s.size()) {
+            *pending = true;
+            return 0;
+        }
+        if (i == 1 ? b(1) < lo || b(1) > hi : (b(i) & 0xC0) != 0x80) return 0;
+    }
+    return n;
+}
+
 // The leading bytes of s that are whole valid UTF-8 characters; *pending when the rest is a
 // character that later bytes may still complete.
 size_t valid_prefix(std::string_view s, bool *pending) {
     *pending = false;
-    char32_t cp = 0;
     for (size_t i = 0; i < s.size();) {
-        const size_t n = tokenizer::utf8_decode(s.substr(i), &cp);
-        if (n == 0) {
-            *pending = tokenizer::utf8_complete_prefix(s.substr(i)) == 0;
-            return i;
-        }
+        const size_t n = utf8_char(s.substr(i), pending);
+        if (n == 0) return i;
         i += n;
     }
     return s.size();

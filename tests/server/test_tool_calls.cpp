@@ -508,6 +508,49 @@ TEST(ToolCallTracker, InvalidUtf8InAValueCutsTheCallAndDoesNotThrow) {
     EXPECT_EQ(c.content, "");
 }
 
+TEST(ToolCallTracker, AStringValueKeepsItsValidUtf8AndBreaksAtTheFirstInvalidByte) {
+    // Random byte strings as a string value, in random pieces: the value sent is the longest
+    // prefix of whole characters by the tokenizer's strict UTF-8 reading (utf8.h); the call is
+    // complete when that is all of it, else cut there.
+    const std::vector<std::string> pieces = {"a",
+                                             "é",
+                                             "€",
+                                             "😀",
+                                             "\xc3",
+                                             "\xe2\x82",
+                                             "\xf0\x9f",
+                                             "\x80",
+                                             "\xc0\x80",
+                                             "\xe0\x80\x80",
+                                             "\xed\xa0\x80",
+                                             "\xf4\x90\x80\x80",
+                                             "\xf5",
+                                             "\xff",
+                                             "\xed\x9f\xbf",
+                                             "\xf4\x8f\xbf\xbf"};
+    const std::string head =
+        "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"s\" "
+        "string=\"true\">";
+    const std::string tail = "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+    std::mt19937 rng(7);
+    for (int iter = 0; iter < 2000; ++iter) {
+        std::string v;
+        for (int n = 1 + int(rng() % 6); n > 0; --n) v += pieces[rng() % pieces.size()];
+        size_t valid = 0;
+        char32_t cp = 0;
+        for (size_t n; valid < v.size() && (n = tokenizer::utf8_decode(v.substr(valid), &cp)) > 0;)
+            valid += n;
+        const std::string text = head + v + tail;
+        std::vector<size_t> cuts;
+        for (size_t at = 1 + rng() % 5; at < text.size(); at += 1 + rng() % 5) cuts.push_back(at);
+        ToolCallTracker t;
+        const Collected c = feed_cuts(text, cuts, &t);
+        ASSERT_EQ(c.args.size(), 1u) << iter;
+        EXPECT_EQ(c.args[0], json({{"s", v.substr(0, valid)}}).dump()) << iter;
+        EXPECT_EQ(t.cut(), valid < v.size()) << iter;
+    }
+}
+
 TEST(ToolCallTracker, SilentTextMovesTheStateButIsNotShown) {
     ToolCallTracker t;
     Collected c;
