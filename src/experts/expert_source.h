@@ -69,6 +69,9 @@ class ExpertSource {
     // Selections (gets) per (layer, expert), index layer * n_expert + expert, undecayed, for
     // saving (popularity.h); empty when the source does not count.
     virtual std::vector<uint64_t> selection_counts() const { return {}; }
+    // Whether a get's bytes stay valid for the whole source (a resident mapping): the consumer
+    // may then hold several experts' bytes at once.
+    virtual bool bytes_stay_valid() const { return false; }
     virtual ExpertStats stats() const { return {}; }
 };
 

@@ -19,6 +19,8 @@ class ResidentSource : public ExpertSource {
         return {slab(L.ffn_gate_exps), slab(L.ffn_up_exps), slab(L.ffn_down_exps)};
     }
 
+    bool bytes_stay_valid() const override { return true; }
+
   private:
     const model::ModelWeights &w_;
 };

@@ -69,6 +69,7 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
     std::vector<float> kv(D), row(D), irow(hp.idx_head_dim), rows;
     for (int64_t t = 0; t < n; ++t) {
         const int64_t p = p0 + t;
+        CpuScope scope(ctx.profile, "attention: q, kv, compressors");
         float *q = in.q + t * H * D;
         for (uint32_t h = 0; h < H; ++h) {
             rms_norm(q + size_t(h) * D, nullptr, q + size_t(h) * D, D, hp.rms_eps);
@@ -99,6 +100,7 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
                     st.idx.push(irow.data());
                 }
                 // (no queries where no token of the batch selects: attention.cpp)
+                scope.next("attention: indexer select");
                 selected = indexer_select(
                     ctx, il, st,
                     in.idx_q ? in.idx_q + t * hp.n_idx_head * hp.idx_head_dim : nullptr,
@@ -110,14 +112,22 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
         }
 
         // Visible rows: the raw window (oldest first), then the compressed rows.
+        scope.next("attention: gather rows");
         const int64_t first = std::max<int64_t>(0, p - hp.sliding_window + 1);
         const size_t n_raw = static_cast<size_t>(p - first + 1);
+        // (On the pool: a row of f16 values converts at a few ns a value.)
         rows.resize((n_raw + selected.size()) * D);
-        for (size_t i = 0; i < n_raw; ++i)
-            st.raw.get(static_cast<size_t>((first + static_cast<int64_t>(i)) % hp.sliding_window),
-                       rows.data() + i * D);
-        for (size_t i = 0; i < selected.size(); ++i)
-            st.comp.get(selected[i], rows.data() + (n_raw + i) * D);
+        ctx.pool.parallel_for(
+            int64_t(n_raw + selected.size()), 32, [&](int64_t i0, int64_t i1, int) {
+                for (int64_t i = i0; i < i1; ++i) {
+                    float *out = rows.data() + size_t(i) * D;
+                    if (size_t(i) < n_raw)
+                        st.raw.get(static_cast<size_t>((first + i) % hp.sliding_window), out);
+                    else
+                        st.comp.get(selected[size_t(i) - n_raw], out);
+                }
+            });
+        scope.next("attention: attend");
         attend(ctx, il, q, rows, n_raw + selected.size(), p, O + t * H * D);
     }
 }

@@ -9,6 +9,7 @@
 #include "experts/expert_source.h"
 #include "model/hparams.h"
 #include "model/weights.h"
+#include "runtime/cpu_profile.h"
 #include "runtime/forward_options.h"
 #include "runtime/kv_cache.h"
 
@@ -22,6 +23,7 @@ struct ForwardContext {
     ForwardOptions opts;
     backend::cpu::ScratchBuffer scratch;
     backend::cpu::RopeFreqs rope_plain, rope_yarn;
+    CpuProfile profile;  // DS4_CPU_PROFILE
 
     ForwardContext(const model::HParams &hp, const model::ModelWeights &w,
                    backend::cpu::ThreadPool &pool, experts::ExpertSource &experts,

@@ -43,6 +43,7 @@ CpuOps::CpuOps(const model::HParams &hp, const model::ModelWeights &w,
 
 void CpuOps::begin_batch(std::span<const int32_t> tokens) {
     tokens_.assign(tokens.begin(), tokens.end());
+    ctx_.profile.begin_batch(static_cast<int64_t>(tokens_.size()));
     buffers_.clear();
 }
 
@@ -52,12 +53,14 @@ float *CpuOps::buffer(size_t n) {
 
 void CpuOps::end_batch() {
     cache_.n_past += static_cast<int64_t>(tokens_.size());
+    ctx_.profile.end_batch();
     // The batch's layers are done with every routed expert they got (the output head reads
     // none): a streaming expert source may reuse their slots, and counts one step of its decay.
     ctx_.experts.step_done();
 }
 
 void CpuOps::embed(float *X) {
+    const CpuScope scope(ctx_.profile, "embed");
     const model::HParams &hp = ctx_.hp;
     const model::Tensor table = ctx_.w.token_embd;
     const uint32_t E = hp.n_embd, HC = hp.n_hc;
@@ -70,12 +73,14 @@ void CpuOps::embed(float *X) {
 }
 
 void CpuOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
+    const CpuScope scope(ctx_.profile, "linear", w, double(m));
     ctx_.linear(w, X, Y, m);
 }
 
 void CpuOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, float *Y, int64_t m) {
     const int64_t R = static_cast<int64_t>(w->ne[1]) / groups;
     const int64_t K = static_cast<int64_t>(w->ne[0]);
+    const CpuScope scope(ctx_.profile, "linear", w, double(m));
     std::vector<float> group_in(m * K), group_out(m * R);
     for (uint32_t g = 0; g < groups; ++g) {
         for (int64_t t = 0; t < m; ++t)
@@ -87,21 +92,33 @@ void CpuOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, flo
 }
 
 void CpuOps::rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int64_t n) {
+    const CpuScope scope(ctx_.profile, "rms_norm");
     for (int64_t t = 0; t < m; ++t)
         backend::cpu::rms_norm(x + t * n, f32_or_null(w), y + t * n, n, ctx_.hp.rms_eps);
 }
 
 void CpuOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix, float *x_in) {
+    const CpuScope scope(ctx_.profile, "hc_pre", double(hc.fn->n_bytes) * double(m));
     runtime::hc_pre(ctx_, hc, X, m, mix, x_in);
 }
 
 void CpuOps::hc_post(const float *mix, const float *y, int64_t m, float *X) {
+    const CpuScope scope(ctx_.profile, "hc_post");
     const uint32_t n = ctx_.hp.n_hc, E = ctx_.hp.n_embd, n_mix = ctx_.hp.n_hc_mix();
-    for (int64_t t = 0; t < m; ++t)
-        runtime::hc_post(mix + t * n_mix, n, y + t * E, E, X + t * size_t(n) * E);
+    // Tokens x column ranges on the pool; each column's update is hc_post's.
+    const int64_t ranges = (E + kHcGrain - 1) / kHcGrain;
+    ctx_.pool.parallel_for(m * ranges, 1, [&](int64_t i0, int64_t i1, int) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t t = i / ranges, d0 = i % ranges * kHcGrain;
+            runtime::hc_post_range(mix + t * n_mix, n, y + t * E, E, uint32_t(d0),
+                                   uint32_t(std::min<int64_t>(E, d0 + kHcGrain)),
+                                   X + t * size_t(n) * E);
+        }
+    });
 }
 
 void CpuOps::hc_head(const float *X, float *out) {
+    const CpuScope scope(ctx_.profile, "hc_head");
     runtime::hc_head(ctx_, X, out);
 }
 
@@ -117,12 +134,14 @@ void CpuOps::moe_routed(uint32_t il, const float *XN, const float *logits, int64
 }
 
 void CpuOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp) {
+    const CpuScope scope(ctx_.profile, "swiglu");
     for (int64_t t = 0; t < m; ++t)
         backend::cpu::swiglu_clamped(G + t * n, U + t * n, n, clamp, 1.0f);
 }
 
 void CpuOps::moe_sum(const float *slot_out, const float *shared, int64_t m, float *Y) {
     const uint32_t E = ctx_.hp.n_embd, K = ctx_.hp.n_expert_used;
+    const CpuScope scope(ctx_.profile, "moe_sum");
     for (int64_t t = 0; t < m; ++t) {
         float *y = Y + t * E;
         std::fill(y, y + E, 0.0f);

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "backend/cpu/vector_ops.h"
+#include "common/error.h"
 
 namespace ds4::runtime {
 
@@ -76,9 +78,14 @@ HcMix hc_mix_from(const float *mt, const float *s, const float *b, uint32_t n, u
 }
 
 void hc_combine(const float *pre, const float *X, uint32_t n, uint32_t E, float *x) {
-    std::fill(x, x + E, 0.0f);
+    hc_combine_range(pre, X, n, E, 0, E, x);
+}
+
+void hc_combine_range(const float *pre, const float *X, uint32_t n, uint32_t E, uint32_t d0,
+                      uint32_t d1, float *x) {
+    std::fill(x + d0, x + d1, 0.0f);
     for (uint32_t h = 0; h < n; ++h)
-        for (uint32_t d = 0; d < E; ++d) x[d] += pre[h] * X[size_t(h) * E + d];
+        for (uint32_t d = d0; d < d1; ++d) x[d] += pre[h] * X[size_t(h) * E + d];
 }
 
 void pack_mix(const HcMix &mix, float *out) {
@@ -96,20 +103,35 @@ void hc_pre(ForwardContext &ctx, const HcWeights &hc, const float *X, int64_t m,
         const HcMix one = hc_mix_from(mixes.data() + t * n_mix, f32(hc.scale), f32(hc.base), n,
                                       ctx.hp.sinkhorn_iters, ctx.hp.hc_eps);
         pack_mix(one, mix + t * n_mix);
-        hc_combine(one.pre.data(), X + size_t(t) * n * E, n, E, x_in + size_t(t) * E);
+        // Each output's sum runs over the streams in order whatever the split of d.
+        ctx.pool.parallel_for(E, kHcGrain, [&](int64_t d0, int64_t d1, int) {
+            hc_combine_range(one.pre.data(), X + size_t(t) * n * E, n, E, uint32_t(d0),
+                             uint32_t(d1), x_in + size_t(t) * E);
+        });
     }
 }
 
 void hc_post(const float *mix, uint32_t n, const float *y, uint32_t E, float *X) {
+    hc_post_range(mix, n, y, E, 0, E, X);
+}
+
+void hc_post_range(const float *mix, uint32_t n, const float *y, uint32_t E, uint32_t d0,
+                   uint32_t d1, float *X) {
+    // Column d of every stream reads only column d: a range is updated in place through a
+    // buffer of its n columns' new values.
     const float *post = mix + n, *comb = mix + 2 * n;
-    std::vector<float> out(size_t(n) * E);
-    for (uint32_t j = 0; j < n; ++j)
-        for (uint32_t d = 0; d < E; ++d) {
+    constexpr uint32_t kMaxStreams = 16;
+    if (n > kMaxStreams)
+        throw Error("hc_post: " + std::to_string(n) + " hyper-connection streams, at most 16");
+    float out[kMaxStreams];
+    for (uint32_t d = d0; d < d1; ++d) {
+        for (uint32_t j = 0; j < n; ++j) {
             float acc = post[j] * y[d];
             for (uint32_t i = 0; i < n; ++i) acc += comb[i * n + j] * X[size_t(i) * E + d];
-            out[size_t(j) * E + d] = acc;
+            out[j] = acc;
         }
-    std::copy(out.begin(), out.end(), X);
+        for (uint32_t j = 0; j < n; ++j) X[size_t(j) * E + d] = out[j];
+    }
 }
 
 void hc_head(ForwardContext &ctx, const float *X, float *out) {

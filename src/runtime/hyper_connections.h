@@ -19,8 +19,14 @@ struct HcMix {
 // pack_mix's layout) and x_in = sum_h pre[h] X[h] (m x n_embd).
 void hc_pre(ForwardContext &ctx, const HcWeights &hc, const float *X, int64_t m, float *mix,
             float *x_in);
-// One token: X'[j] = post[j] y + sum_i C[i][j] X[i], from its packed mix.
+// One token: X'[j] = post[j] y + sum_i C[i][j] X[i], from its packed mix (n_hc <= 16).
 void hc_post(const float *mix, uint32_t n_hc, const float *y, uint32_t n_embd, float *X);
+// The same for columns d0 .. d1 - 1 of every stream only (the parallel pieces of hc_post: a
+// column's new values read only that column).
+void hc_post_range(const float *mix, uint32_t n_hc, const float *y, uint32_t n_embd, uint32_t d0,
+                   uint32_t d1, float *X);
+// Columns per task when the CPU backend runs hc_post and hc_combine on the pool.
+constexpr int64_t kHcGrain = 512;
 // The output head's reduction of one token's streams to one vector (n_embd floats).
 void hc_head(ForwardContext &ctx, const float *X, float *out);
 // The output head's stream weights from its n mixer outputs: sigmoid(m[h] scale + base[h]) + eps.
@@ -35,6 +41,9 @@ HcMix hc_mix_from(const float *mt, const float *scale, const float *base, uint32
                   uint32_t sinkhorn_iters, float eps);
 // x = sum_h pre[h] X[h] over one token's n_hc streams of n_embd values, in stream order.
 void hc_combine(const float *pre, const float *X, uint32_t n_hc, uint32_t n_embd, float *x);
+// The same for x[d0 .. d1 - 1] only.
+void hc_combine_range(const float *pre, const float *X, uint32_t n_hc, uint32_t n_embd, uint32_t d0,
+                      uint32_t d1, float *x);
 
 // The Sinkhorn normalisation alone (exposed for tests): logits of an n x n matrix -> row-wise
 // softmax + eps, then alternate column/row normalisation, `iters` passes in all.

@@ -73,6 +73,57 @@ backend::cpu::ActivationRows expert_rows(const backend::cpu::ActivationRows &all
     return rows;
 }
 
+// A decode step's routed experts when the source's bytes stay valid (a resident mapping): the
+// gate and up rows of every selected (expert, slot) pair in one parallel loop, the SwiGLUs,
+// every down input quantized at once, and every down product in one more loop. Each output is
+// the per-expert loop's (one vec_dot per row; each row rounded on its own), with 3 dispatches to
+// the pool instead of 3-4 per expert.
+void one_token_experts(ForwardContext &ctx, uint32_t il, const Routing &route,
+                       const backend::cpu::ActivationRows &XQ,
+                       const std::vector<uint32_t> &selected,
+                       const std::vector<std::vector<std::pair<int64_t, uint32_t>>> &users,
+                       float *slot_out) {
+    using backend::cpu::dense_matrix;
+    const model::HParams &hp = ctx.hp;
+    const model::LayerWeights &L = ctx.w.layers[il];
+    const uint32_t E = hp.n_embd, F = hp.n_ff_exp;
+    const auto type_gu = L.ffn_gate_exps->type, type_d = L.ffn_down_exps->type;
+    struct Pair {
+        experts::ExpertBytes bytes;
+        uint32_t slot;
+    };
+    std::vector<Pair> pairs;
+    for (uint32_t e : selected) {
+        const experts::ExpertBytes b = ctx.experts.get(il, e);
+        for (const auto &[t, slot] : users[e]) pairs.push_back({b, slot});
+    }
+    const size_t P = pairs.size();
+    std::vector<float> G(P * F), U(P * F), D(P * E);
+    std::vector<backend::cpu::RowProduct> products;
+    for (size_t p = 0; p < P; ++p) {
+        products.push_back({dense_matrix(type_gu, pairs[p].bytes.gate, F, E), &XQ, 0, &G[p * F]});
+        products.push_back({dense_matrix(type_gu, pairs[p].bytes.up, F, E), &XQ, 0, &U[p * F]});
+    }
+    backend::cpu::matvec_many(ctx.pool, products);
+    // ds4 scales W2's input by the route weight; llama.cpp scales its output.
+    const bool weight_after_down = ctx.opts.llama_cpp_rounding;
+    for (size_t p = 0; p < P; ++p)
+        backend::cpu::swiglu_clamped(&G[p * F], &U[p * F], F, hp.swiglu_clamp[il],
+                                     weight_after_down ? 1.0f : route.weights[pairs[p].slot]);
+    const backend::cpu::ActivationRows DQ =
+        ctx.quantize(type_d, G.data(), int64_t(P), F, ctx.scratch);
+    products.clear();
+    for (size_t p = 0; p < P; ++p)
+        products.push_back(
+            {dense_matrix(type_d, pairs[p].bytes.down, E, F), &DQ, int64_t(p), &D[p * E]});
+    backend::cpu::matvec_many(ctx.pool, products);
+    for (size_t p = 0; p < P; ++p) {
+        float *out = slot_out + size_t(pairs[p].slot) * E;
+        const float w = weight_after_down ? route.weights[pairs[p].slot] : 1.0f;
+        for (uint32_t d = 0; d < E; ++d) out[d] = D[p * E + d] * w;
+    }
+}
+
 }  // namespace
 
 void moe_routed_cpu(ForwardContext &ctx, uint32_t il, const float *XN, const float *logits,
@@ -83,6 +134,7 @@ void moe_routed_cpu(ForwardContext &ctx, uint32_t il, const float *XN, const flo
     const uint32_t E = hp.n_embd, F = hp.n_ff_exp, K = hp.n_expert_used;
     const float clamp = hp.swiglu_clamp[il];
 
+    CpuScope scope(ctx.profile, "moe route + input");
     std::vector<Routing> routes(n);
     for (int64_t t = 0; t < n; ++t) routes[t] = route(ctx, il, logits + t * hp.n_expert, tokens[t]);
 
@@ -102,8 +154,16 @@ void moe_routed_cpu(ForwardContext &ctx, uint32_t il, const float *XN, const flo
     std::vector<uint32_t> selected;
     for (uint32_t e = 0; e < hp.n_expert; ++e)
         if (!users[e].empty()) selected.push_back(e);
+    scope.next(
+        "moe experts (gate, up, swiglu, down)",
+        double(L.ffn_gate_exps->n_bytes + L.ffn_up_exps->n_bytes + L.ffn_down_exps->n_bytes) *
+            double(selected.size()) / double(hp.n_expert));
     ctx.experts.prefetch(il, selected);
     const LayerPass pass(ctx.experts, il);
+    if (n == 1 && ctx.experts.bytes_stay_valid()) {
+        one_token_experts(ctx, il, routes[0], XQ, selected, users, slot_out);
+        return;
+    }
     for (uint32_t e : selected) {
         const auto &who = users[e];
         const int64_t m = static_cast<int64_t>(who.size());

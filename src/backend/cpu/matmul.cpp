@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/thread_pool.h"
 #include "common/error.h"
@@ -93,6 +94,44 @@ void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const Activatio
             const uint8_t *w_row = w_bytes + static_cast<size_t>(r) * w.row_stride;
             for (int64_t j = 0; j < m; ++j)
                 Y[j * n + r] = vec_dot(k, w_row, x_bytes + static_cast<size_t>(j) * x.row_stride);
+        }
+    });
+}
+
+void matvec_many(ThreadPool &pool, std::span<const RowProduct> products) {
+    struct Chunk {
+        size_t product;
+        int64_t begin, end;
+    };
+    std::vector<Chunk> chunks;
+    for (size_t p = 0; p < products.size(); ++p) {
+        const RowProduct &rp = products[p];
+        check_weight(rp.w);
+        const quant::TypeKernels &kern = quant::kernels(rp.w.type);
+        const ActivationRows &x = *rp.x;
+        if (x.type != kern.vec_dot_type || x.k != rp.w.k || x.layout != kern.activation_layout)
+            throw Error("matvec_many: product " + std::to_string(p) + " has activations of " +
+                        std::string(ggml_type_name(x.type)) + " x " + std::to_string(x.k) +
+                        " for a " + std::string(ggml_type_name(rp.w.type)) + " x " +
+                        std::to_string(rp.w.k) + " weight");
+        if (rp.x_row < 0 || rp.x_row >= x.m)
+            throw Error("matvec_many: product " + std::to_string(p) + " names activation row " +
+                        std::to_string(rp.x_row) + " of " + std::to_string(x.m));
+        const int64_t chunk = rows_per_chunk(rp.w.n_rows, rp.w.row_stride, pool.n_threads());
+        for (int64_t r = 0; r < rp.w.n_rows; r += chunk)
+            chunks.push_back({p, r, std::min(rp.w.n_rows, r + chunk)});
+    }
+    pool.parallel_for(int64_t(chunks.size()), 1, [&](int64_t c0, int64_t c1, int) {
+        for (int64_t c = c0; c < c1; ++c) {
+            const Chunk &ch = chunks[size_t(c)];
+            const RowProduct &rp = products[ch.product];
+            const quant::VecDotFn vec_dot = quant::kernels(rp.w.type).vec_dot;
+            const auto *w_bytes = static_cast<const uint8_t *>(rp.w.data);
+            const auto *x_row = static_cast<const uint8_t *>(rp.x->data) +
+                                static_cast<size_t>(rp.x_row) * rp.x->row_stride;
+            for (int64_t r = ch.begin; r < ch.end; ++r)
+                rp.y[r] =
+                    vec_dot(rp.w.k, w_bytes + static_cast<size_t>(r) * rp.w.row_stride, x_row);
         }
     });
 }

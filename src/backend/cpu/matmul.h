@@ -14,6 +14,7 @@
 // the result does not depend on the thread count, and matmul equals m matvecs bit for bit.
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "backend/cpu/activations.h"
 #include "gguf/ggml_type.h"
@@ -53,5 +54,18 @@ void matmul(ThreadPool &pool, ScratchBuffer &scratch, ds4::GgmlType type, const 
 // Y = X W^T with activations already in W's vec_dot format (quantize_activations), for inputs
 // shared by several matrices. Y is m rows of n_rows floats (dense).
 void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const ActivationRows &x, float *Y);
+
+// One product of matvec_many: y = W x, x being row x_row of activation rows in W's vec_dot format.
+struct RowProduct {
+    WeightMatrix w;
+    const ActivationRows *x;
+    int64_t x_row;
+    float *y;
+};
+// Several products in one parallel loop over all their rows (a chunk never spans two products),
+// each output one vec_dot of (weight row, activation row) as matmul_activations computes it: the
+// bits of running them one by one, with one dispatch to the pool instead of one per product (a
+// decode step's routed experts are a dozen small matrices).
+void matvec_many(ThreadPool &pool, std::span<const RowProduct> products);
 
 }  // namespace ds4::backend::cpu

@@ -346,12 +346,7 @@ void CudaOps::end_batch() {
 
 ProfileScope CudaOps::weight_scope(const char *op, model::Tensor w, double m) {
     if (!profile_.on()) return ProfileScope(profile_, s_, op);
-    // "blk.3.attn_q_a.weight" -> "attn_q_a"
-    std::string role = w->name;
-    if (role.rfind("blk.", 0) == 0) role = role.substr(role.find('.', 4) + 1);
-    if (role.size() > 7 && role.ends_with(".weight")) role.resize(role.size() - 7);
-    return ProfileScope(profile_, s_, op, double(w->n_bytes) * m,
-                        role + " " + std::string(ggml_type_name(w->type)));
+    return ProfileScope(profile_, s_, op, double(w->n_bytes) * m, weight_role(w));
 }
 
 const double *CudaOps::freqs(uint32_t il) const {

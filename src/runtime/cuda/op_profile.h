@@ -8,9 +8,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
+
+#include "runtime/op_times.h"
 
 namespace ds4::runtime::cuda_backend {
 
@@ -29,7 +30,7 @@ class OpProfile {
     void end(cudaStream_t s, size_t call);
     // After the stream is synchronised: adds the pending calls' times to their classes.
     void collect();
-    void count_tokens(int64_t n) { tokens_ += n; }
+    void count_tokens(int64_t n) { times_.count_tokens(n); }
     // The table, on stderr (nothing when off or nothing was timed).
     void report() const;
 
@@ -39,17 +40,12 @@ class OpProfile {
         std::string key;
         double bytes;
     };
-    struct Total {
-        int64_t calls = 0;
-        double ms = 0, bytes = 0;
-    };
     cudaEvent_t event();
 
     bool on_ = false;
     std::vector<Pending> pending_;
     std::vector<cudaEvent_t> free_;
-    std::map<std::string, Total> totals_;
-    int64_t tokens_ = 0;
+    OpTimes times_;
 };
 
 // RAII: one operation of the profile (nothing when the profile is off).
