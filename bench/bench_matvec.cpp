@@ -5,6 +5,8 @@
 // same thread pool and buffers far larger than the caches:
 //
 //   read_bandwidth/T     sum of a 1 GiB buffer as u64, T threads           -> GB/s
+//                        (T: 1 and 2, and for read_bandwidth and matvec the counts that
+//                        DS4_BENCH_THREADS lists, e.g. "8 16" on a bigger machine)
 //   matvec/TYPE/T        y = W x, W >= 512 MiB of TYPE, rows of K = 4096    -> GB/s of weight
 //                        bytes; each call is followed by a plain read of the same bytes with
 //                        the same pool (read_GB/s), and x_read = read time / matvec time
@@ -37,6 +39,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -409,17 +412,29 @@ void BM_parallel_for_empty(benchmark::State &state) {
         pool.parallel_for(1000, 1, [](int64_t b, int64_t, int) { benchmark::DoNotOptimize(b); });
 }
 
+// The thread counts of read_bandwidth and matvec: 1 and 2, and those DS4_BENCH_THREADS lists
+// ("8 16": a bigger machine's scaling).
+std::vector<int64_t> thread_counts() {
+    std::vector<int64_t> counts = {1, 2};
+    if (const char *v = std::getenv("DS4_BENCH_THREADS")) {
+        std::istringstream in(v);
+        for (int64_t t; in >> t;)
+            if (t > 2 && t <= 1024) counts.push_back(t);
+    }
+    return counts;
+}
+
 void register_all() {
     using benchmark::RegisterBenchmark;
     const auto ms = benchmark::kMillisecond;
-    RegisterBenchmark("read_bandwidth", BM_read_bandwidth)->Arg(1)->Arg(2)->Unit(ms)->UseRealTime();
+    auto *read = RegisterBenchmark("read_bandwidth", BM_read_bandwidth);
+    for (int64_t t : thread_counts()) read->Arg(t);
+    read->Unit(ms)->UseRealTime();
     for (GgmlType t : kAllTypes) {
         const std::string name(ds4::ggml_type_name(t));
-        RegisterBenchmark(("matvec/" + name).c_str(), BM_matvec, t)
-            ->Arg(1)
-            ->Arg(2)
-            ->Unit(ms)
-            ->UseManualTime();
+        auto *b = RegisterBenchmark(("matvec/" + name).c_str(), BM_matvec, t);
+        for (int64_t n : thread_counts()) b->Arg(n);
+        b->Unit(ms)->UseManualTime();
     }
     for (GgmlType t : kAllTypes) {
         const std::string name(ds4::ggml_type_name(t));

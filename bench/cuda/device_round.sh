@@ -5,15 +5,17 @@
 # the device's clocks before and after. Binaries come from BIN (and their .so files from LIB);
 # a variant is a list of environment assignments ("-" for none), optionally prefixed by
 # "base:" to run BASE's ds4-bench instead (the build the round compares against). Logs, CSVs
-# and a summary go to OUT.
-#   bench/cuda/device_round.sh [-n TOKENS] [-r RUNS] [-c CTX] VARIANT...
+# and a summary go to OUT. With -t "T1 T2 ...", the same model also runs on the CPU backend at
+# those thread counts (a short prompt, DS4_CPU_PROFILE=1: the per-operation table in the log).
+#   bench/cuda/device_round.sh [-n TOKENS] [-r RUNS] [-c CTX] [-t THREADS] VARIANT...
 set -uo pipefail
-gen=64 runs=2 ctx=2048
-while getopts n:r:c: o; do
+gen=64 runs=2 ctx=2048 cpu_threads=""
+while getopts n:r:c:t: o; do
   case $o in
     n) gen=$OPTARG ;;
     r) runs=$OPTARG ;;
     c) ctx=$OPTARG ;;
+    t) cpu_threads=$OPTARG ;;
     *) exit 2 ;;
   esac
 done
@@ -57,6 +59,12 @@ for v in "$@"; do
     --ctx-start "$ctx" --ctx-max "$ctx" -n "$gen" --runs "$runs" --csv "$OUT/bench-$i.csv" \
     >"$OUT/bench-$i.log" 2>&1
   note "variant $i [$v]: rc $?: $(tail -n 1 "$OUT/bench-$i.csv" 2>/dev/null)"
+done
+for t in $cpu_threads; do
+  DS4_CPU_PROFILE=1 "$BIN/ds4-bench" -m "$model" --cpu -t "$t" \
+    --prompt-file bench/data/promessi_sposi.txt --ctx-start 128 --ctx-max 128 -n 16 --runs 1 \
+    --csv "$OUT/cpu-$t.csv" >"$OUT/cpu-$t.log" 2>&1
+  note "cpu $t threads: rc $?: $(tail -n 1 "$OUT/cpu-$t.csv" 2>/dev/null)"
 done
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader | tee -a "$summary"
 echo "--- csv header: $(head -n 1 "$OUT/bench-1.csv" 2>/dev/null)"
