@@ -388,6 +388,8 @@ inline __m256 q8_block_scaled(const Q8BlockWeights &bw, const BlockQ8_0 &xq, __m
 
 }  // namespace
 
+constexpr int kQ8PrefetchBytes = 2048;
+
 // Blocks alternate between two accumulators (even, odd), each a chain of fma over 8 lanes. Two
 // blocks per zmm: lanes 0-7 are block b (the even chain), lanes 8-15 block b + 1 (the odd chain),
 // so every lane sees the operations of vec_dot_multi_q8_0_q8_0's ymm chains, bit for bit.
@@ -402,6 +404,11 @@ float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+        // Ask for the weights 2 KiB ahead (into the next rows at a row's end): a core's loads
+        // feeding one chain of dot products keep too few misses in flight to stream on their
+        // own (bench_matvec matvec/Q8_0 on a 16-core Xeon: 0.50 -> 0.86 of a plain read on one
+        // thread, 85 -> 133 GB/s on 16; 768 bytes ahead gave 0.63). A hint: no result changes.
+        _mm_prefetch(reinterpret_cast<const char *>(wb + b) + kQ8PrefetchBytes, _MM_HINT_T0);
         const __m512i wv = pair(wb[b], wb[b + 1]);
         const __m512i unbias = _mm512_sub_epi32(
             _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv));
