@@ -6,6 +6,7 @@
 #include <optional>
 #include <random>
 
+#include "tokenizer/dsml_parser.h"
 #include "tokenizer/dsml_render.h"
 
 namespace ds4::server {
@@ -50,30 +51,7 @@ std::optional<std::string> attribute(std::string_view tag, std::string_view name
     const size_t begin = at + needle.size();
     const size_t end = tag.find('"', begin);
     if (end == std::string_view::npos) return std::nullopt;
-    static constexpr std::array<std::pair<std::string_view, char>, 5> kEntities = {{
-        {"&amp;", '&'},
-        {"&lt;", '<'},
-        {"&gt;", '>'},
-        {"&quot;", '"'},
-        {"&apos;", '\''},
-    }};
-    const std::string_view s = tag.substr(begin, end - begin);
-    std::string out;
-    for (size_t i = 0; i < s.size();) {
-        bool replaced = false;
-        if (s[i] == '&') {
-            for (const auto &[entity, c] : kEntities) {
-                if (s.compare(i, entity.size(), entity) == 0) {
-                    out += c;
-                    i += entity.size();
-                    replaced = true;
-                    break;
-                }
-            }
-        }
-        if (!replaced) out += s[i++];
-    }
-    return out;
+    return tokenizer::unescape_attr(tag.substr(begin, end - begin));
 }
 
 // A string="false" body as the parser reads it: empty (or blank) is null, JSON is itself, any

@@ -9,30 +9,6 @@
 #include "tokenizer/special_tokens.h"
 
 namespace ds4::tokenizer {
-namespace {
-
-using ordered_json = nlohmann::ordered_json;
-
-struct Syntax {
-    std::string_view calls_open, calls_close, invoke_open, invoke_close, param_open, param_close;
-};
-
-constexpr std::array<Syntax, 3> kSyntaxes = {{
-    {kDsmlToolCallsOpen, kDsmlToolCallsClose, kDsmlInvokeOpen, kDsmlInvokeClose, kDsmlParameterOpen,
-     kDsmlParameterClose},
-    {"<DSML｜tool_calls>", "</DSML｜tool_calls>", "<DSML｜invoke", "</DSML｜invoke>",
-     "<DSML｜parameter", "</DSML｜parameter>"},
-    {"<tool_calls>", "</tool_calls>", "<invoke", "</invoke>", "<parameter", "</parameter>"},
-}};
-
-bool is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-struct ParseError {
-    size_t at;
-    std::string what;
-};
 
 std::string unescape_attr(std::string_view s) {
     static constexpr std::array<std::pair<std::string_view, char>, 5> kEntities = {{
@@ -59,6 +35,31 @@ std::string unescape_attr(std::string_view s) {
     }
     return out;
 }
+
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+struct Syntax {
+    std::string_view calls_open, calls_close, invoke_open, invoke_close, param_open, param_close;
+};
+
+constexpr std::array<Syntax, 3> kSyntaxes = {{
+    {kDsmlToolCallsOpen, kDsmlToolCallsClose, kDsmlInvokeOpen, kDsmlInvokeClose, kDsmlParameterOpen,
+     kDsmlParameterClose},
+    {"<DSML｜tool_calls>", "</DSML｜tool_calls>", "<DSML｜invoke", "</DSML｜invoke>",
+     "<DSML｜parameter", "</DSML｜parameter>"},
+    {"<tool_calls>", "</tool_calls>", "<invoke", "</invoke>", "<parameter", "</parameter>"},
+}};
+
+bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+struct ParseError {
+    size_t at;
+    std::string what;
+};
 
 // Value of attribute `name` inside an opening tag, if present.
 std::optional<std::string> attribute(std::string_view tag, std::string_view name) {

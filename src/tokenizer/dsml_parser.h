@@ -42,4 +42,8 @@ struct ParsedMessage {
 
 ParsedMessage parse_generated_message(std::string_view text, bool thinking);
 
+// An attribute value with the five XML entities (&amp; &lt; &gt; &quot; &apos;) decoded, as the
+// parser reads a tag's name="..." attributes.
+std::string unescape_attr(std::string_view s);
+
 }  // namespace ds4::tokenizer
