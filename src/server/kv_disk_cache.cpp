@@ -376,7 +376,11 @@ std::vector<KvDiskCache::SavePoint> KvDiskCache::save_points(size_t cached, size
             if (at >= min) out.push_back({at, KvSaveReason::KV_SAVE_CONTINUED});
     }
     if (cached == 0 && opts_.cold_max_tokens > 0 && len >= min && len <= opts_.cold_max_tokens) {
-        size_t at = align ? len / align * align : len;
+        // The prompt's last tokens (a chat template's tail, which the next turn usually
+        // changes) are left out, then the point is aligned down; the whole prompt when that
+        // falls below the minimum.
+        const size_t trim = opts_.boundary_trim_tokens, kept = len > trim ? len - trim : 0;
+        size_t at = align ? kept / align * align : kept;
         if (at < min) at = len;
         auto same =
             std::find_if(out.begin(), out.end(), [&](const SavePoint &p) { return p.at == at; });

@@ -29,6 +29,7 @@ struct KvDiskOptions {
     size_t cold_max_tokens = 30000;            // cold saves for prompts up to this; 0 = none
     size_t continued_interval_tokens = 10000;  // continued saves every this (aligned); 0 = none
     size_t boundary_align_tokens = 2048;       // cold and continued points aligned down/up to this
+    size_t boundary_trim_tokens = 32;          // tail tokens left out of a cold save point
 };
 
 // What checkpoints are keyed to besides their tokens: a hash (FNV-1a, 64 bit) of the GGUF's

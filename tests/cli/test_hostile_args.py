@@ -185,7 +185,8 @@ def server_cases(f):
     kv = base + ["--kv-disk-dir", os.path.join(f["dir"], "kv")]
     cases += [base + ["--kv-disk-dir", v] for v in path_values(f) + [LONG]]
     for flag in ["--kv-disk-space-mb", "--kv-cache-min-tokens", "--kv-cache-cold-max-tokens",
-                 "--kv-cache-continued-interval-tokens", "--kv-cache-boundary-align-tokens"]:
+                 "--kv-cache-continued-interval-tokens", "--kv-cache-boundary-align-tokens",
+                 "--kv-cache-boundary-trim-tokens"]:
         cases += [kv + [flag, v] for v in NUMBERS] + [base + [flag, "1"]]
     cases += [kv + ["--cuda"]]
     return cases + [base + ["--bogus"], base + ["--port"]]

@@ -15,8 +15,10 @@ import pytest
 import ds4_server_harness
 from ds4_server_harness import MODEL, REPO, openai_chat, post, start_server
 
-# Tiny prompts qualify with a minimum of 8 tokens; no alignment, so cold saves hold whole prompts.
-KV = ("--kv-cache-min-tokens", "8", "--kv-cache-boundary-align-tokens", "0")
+# Tiny prompts qualify with a minimum of 8 tokens; no alignment and no trim, so cold saves hold
+# whole prompts.
+KV = ("--kv-cache-min-tokens", "8", "--kv-cache-boundary-align-tokens", "0",
+      "--kv-cache-boundary-trim-tokens", "0")
 CONV1 = [{"role": "user", "content": "Quel ramo del lago di Como che volge a mezzogiorno"}]
 TOKENS = 12
 
@@ -253,3 +255,29 @@ def test_kv_flags_need_a_directory_and_a_usable_one(tool, tmp_path):
     p = subprocess.run([tool("ds4-server"), "-m", MODEL, "--port", "0", "--kv-disk-dir", str(tmp_path / "file")],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--kv-disk-dir" in p.stderr, p.stderr
+
+
+
+def test_trim_leaves_the_prompts_tail_out_of_the_cold_save(tool, tmp_path, cold):
+    # The cold save point is the prompt length less the trim (no alignment); a restarted server
+    # finds that prefix, evaluates the rest and answers as a server without the cache does.
+    d, trim = tmp_path / "kv", 5
+    args = ("--kv-disk-dir", str(d), "--kv-cache-min-tokens", "8",
+            "--kv-cache-boundary-align-tokens", "0", "--kv-cache-boundary-trim-tokens", str(trim))
+    a = start_server(tool, tmp_path / "a.log", *args)
+    text, usage = ask(a, CONV1)
+    assert (text, usage) == (cold["text1"], cold["usage1"])
+    want = usage["prompt_tokens"] - trim
+    assert re.search(rf"kv disk: stored {want} tokens \(cold\)", a.log()), a.log()
+    stop(a)
+    b = start_server(tool, tmp_path / "b.log", *args)
+    text, usage = ask(b, CONV1)
+    assert text == cold["text1"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == want, b.log()
+    stop(b)
+
+
+def test_reject_different_quant_is_accepted(tool, tmp_path, cold):
+    a = start(tool, tmp_path, "a", tmp_path / "kv", "--kv-cache-reject-different-quant")
+    assert ask(a, CONV1) == (cold["text1"], cold["usage1"])
+    stop(a)

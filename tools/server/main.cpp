@@ -176,6 +176,17 @@ int server_main(int argc, char **argv) {
                        "no alignment")
             ->check(integer_in(0, std::numeric_limits<int32_t>::max()))
             ->default_str("2048");
+    auto *kv_trim =
+        app.add_option("--kv-cache-boundary-trim-tokens", opt.kv.boundary_trim_tokens,
+                       "Leave the prompt's last N tokens out of a cold save point (before the "
+                       "alignment)")
+            ->check(integer_in(0, std::numeric_limits<int32_t>::max()))
+            ->default_str("32");
+    bool reject_different_quant = false;  // what this server always does
+    CLI::Option *kv_reject_quant = app.add_flag(
+        "--kv-cache-reject-different-quant", reject_different_quant,
+        "Accepted for the reference's command lines: a checkpoint of another routed-expert quant "
+        "(or any other model file) is always refused here");
     app.add_option("--trace", opt.trace,
                    "Append a record per generation request (the rendered prompt, the tokens "
                    "reused and prefilled, the generated text, timings, the finish reason) to "
@@ -231,7 +242,8 @@ int server_main(int argc, char **argv) {
     ds4::tools::check_simd_env();
     if (opt.host.empty()) throw UsageError("--host must not be empty");
     if (opt.kv_disk_dir.empty()) {
-        for (const CLI::Option *o : {kv_space, kv_min, kv_cold, kv_interval, kv_align})
+        for (const CLI::Option *o : std::initializer_list<const CLI::Option *>{
+                 kv_space, kv_min, kv_cold, kv_interval, kv_align, kv_trim, kv_reject_quant})
             if (o->count() > 0)
                 throw UsageError(fmt::format("{} needs --kv-disk-dir", o->get_name()));
     }
