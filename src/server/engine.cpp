@@ -314,6 +314,9 @@ GenResult Engine::run_on(Slot &s, const GenRequest &r, const std::vector<int32_t
         }
         res.stop = stop;
         if (tracker && !res.stop_sequence) {
+            // A client gone mid-call still gets its calls closed (valid arguments) in the
+            // result the trace records; a second finish after the one above adds nothing.
+            if (res.disconnected) (void)tracker->finish();
             res.tool_calls = tracker->calls();
             res.tool_call_cut = tracker->cut();
         }

@@ -14,7 +14,8 @@
 namespace ds4::server {
 
 TraceFile::TraceFile(const std::string &path, Log log) : path_(path), log_(std::move(log)) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    // O_NONBLOCK: a FIFO without a reader fails here (ENXIO) instead of blocking the start.
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd_ < 0) throw Error(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
     try {
         repair_tail();
@@ -62,10 +63,23 @@ void TraceFile::repair_tail() {
         ::close(rd);
         return;
     }
-    std::string head(kTraceRecordStart.size(), '\0');
-    const ssize_t got = ::pread(rd, head.data(), head.size(), line_start);
+    // The unterminated last line is cut only when it is a torn record of a trace file: an
+    // earlier first line and this one start as records do, and this one is not whole JSON (a
+    // whole record that only lost its newline gets the newline back, as any other file does;
+    // so does a file of that one line: nothing shows that it is a trace).
+    auto starts_as_record = [&](off_t at) {
+        std::string head(kTraceRecordStart.size(), '\0');
+        return ::pread(rd, head.data(), head.size(), at) == ssize_t(head.size()) &&
+               head == kTraceRecordStart;
+    };
+    bool torn = line_start > 0 && starts_as_record(line_start) && starts_as_record(0);
+    if (torn) {
+        std::string tail(size_t(size - line_start), '\0');
+        torn = ::pread(rd, tail.data(), tail.size(), line_start) == ssize_t(tail.size()) &&
+               !nlohmann::json::accept(tail);
+    }
     ::close(rd);
-    if (got == ssize_t(head.size()) && head == kTraceRecordStart) {
+    if (torn) {
         if (::ftruncate(fd_, line_start) != 0)
             throw Error(fmt::format("cannot cut the unfinished record at the end of {}: {}", path_,
                                     std::strerror(errno)));

@@ -174,6 +174,34 @@ def test_tool_call_record(traced):
     assert rec["prompt"].endswith("<｜Assistant｜></think>" + block)  # the prefill is part of the prompt
 
 
+def test_a_call_cut_by_a_disconnect_is_recorded_closed(traced):
+    # The prefill stops inside a string value, so the model's own tokens stream as the city's
+    # name; the client leaves while they do. The record's call is closed: its arguments are JSON
+    # and begin with the prefilled text. (Which part of the server notices the client first, the
+    # connection watch between tokens or a failed send, depends on timing; the engine closes the
+    # calls either way.)
+    s, path = traced
+    before = len(records(path))
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    block = ('\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
+             'string="true">Lec')
+    body = json.dumps({"messages": [{"role": "user", "content": "Tempo?"},
+                                    {"role": "assistant", "content": block, "prefix": True}],
+                       "tools": tools, "max_tokens": 3000, "stream": True, "temperature": 0}).encode()
+    import urllib.request
+    req = urllib.request.Request(s.url + CHAT, data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        seen = b""
+        while seen.count(b'"arguments"') < 3:  # the call's announcement and a few pieces
+            seen += r.read1(256)
+    (rec,) = new_records(path, before, 1)
+    (call,) = rec["tool_calls"]
+    args = json.loads(call["arguments"])
+    assert set(args) == {"city"} and args["city"].startswith("Lec"), call
+    assert rec["completion_tokens"] < 3000
+
+
 def test_concurrent_requests_write_whole_records(traced):
     s, path = traced
     before = len(records(path))
@@ -248,8 +276,32 @@ def test_records_survive_kill_and_a_torn_tail_is_cut_at_start(tool, tmp_path):
     assert lines[0] == "my notes" and json.loads(lines[1])["completion_tokens"] == 1 and lines[2] == ""
 
 
-@pytest.mark.parametrize("where", ["missing_dir", "directory"])
+@pytest.mark.parametrize("content", [
+    # a whole record that only lost its newline
+    '{"time":"2026-01-01T00:00:00.000Z","id":"old"}\n{"time":"2026-01-01T00:00:01.000Z","id":"whole"}',
+    # somebody else's one-line JSON file whose first key happens to be "time"
+    '{"time":"12:00","note":"mine, unfinished',
+])
+def test_only_a_torn_record_of_a_trace_file_is_cut(tool, tmp_path, content):
+    path = tmp_path / "t.jsonl"
+    path.write_text(content)
+    s = start_server(tool, tmp_path / "a.log", "--trace", str(path))
+    try:
+        assert "removed an unfinished record" not in s.log()
+        assert "did not end with a newline: one was added" in s.log()
+    finally:
+        s.stop()
+    assert path.read_text() == content + "\n"
+
+
+@pytest.mark.parametrize("where", ["missing_dir", "directory", "fifo"])
 def test_a_trace_file_that_cannot_be_opened_exits_2(tool, tmp_path, where):
+    if where == "fifo":  # no reader: opening it would block the start
+        os.mkfifo(tmp_path / "fifo")
+        p = subprocess.run([tool("ds4-server"), "-m", MODEL, "--port", "0", "--trace",
+                            str(tmp_path / "fifo")], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "--trace" in p.stderr, p.stderr
+        return
     target = tmp_path / "no" / "such" / "t.jsonl" if where == "missing_dir" else tmp_path
     p = subprocess.run([tool("ds4-server"), "-m", MODEL, "--port", "0", "--trace", str(target)],
                        capture_output=True, text=True, timeout=60)
