@@ -23,8 +23,9 @@ class TraceFile {
     // newline that starts as a record does and is not whole JSON (a write cut short by a crash),
     // after a first line that starts as a record too, is cut off first; any other unterminated
     // last line is ended with a newline, so that records start on lines of their own; `log`
-    // says so. A FIFO without a reader fails (it is opened without blocking). Throws ds4::Error naming the path and the reason when the file
-    // cannot be opened (a missing directory, a directory, no permission).
+    // says so. A FIFO without a reader fails (it is opened without blocking). Throws ds4::Error
+    // naming the path and the reason when the file cannot be opened (a missing directory, a
+    // directory, no permission).
     TraceFile(const std::string &path, Log log);
     ~TraceFile();
     TraceFile(const TraceFile &) = delete;
