@@ -54,19 +54,6 @@ std::optional<std::string> attribute(std::string_view tag, std::string_view name
     return tokenizer::unescape_attr(tag.substr(begin, end - begin));
 }
 
-// A string="false" body as the parser reads it: empty (or blank) is null, JSON is itself, any
-// other text the raw body as a string.
-ordered_json json_value(std::string_view raw) {
-    size_t b = 0, e = raw.size();
-    while (b < e && is_space(raw[b])) ++b;
-    while (e > b && is_space(raw[e - 1])) --e;
-    if (b == e) return nullptr;
-    const std::string_view t = raw.substr(b, e - b);
-    ordered_json v = ordered_json::parse(t.begin(), t.end(), nullptr, false);
-    if (v.is_discarded()) return ordered_json(std::string(raw));
-    return v;
-}
-
 // The inside of the JSON string of valid UTF-8 text: escaping is per character, so the pieces
 // of a value escaped one by one concatenate to the value's JSON string.
 std::string json_escaped(std::string_view text) {
@@ -424,7 +411,7 @@ bool ToolCallTracker::step_json(ToolOutput &out) {
     }
     std::string value;
     try {
-        value = json_value(std::string_view(buf_).substr(0, c)).dump();
+        value = tokenizer::parameter_json_value(std::string_view(buf_).substr(0, c)).dump();
     } catch (const std::exception &) {
         defect(out);  // invalid UTF-8 in the value
         return true;

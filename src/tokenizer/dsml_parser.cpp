@@ -38,6 +38,49 @@ std::string unescape_attr(std::string_view s) {
 
 namespace {
 
+// The deepest nesting of [ and { outside JSON strings (the text need not be JSON).
+size_t json_depth(std::string_view t) {
+    size_t depth = 0, deepest = 0;
+    bool in_string = false, escaped = false;
+    for (const char c : t) {
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            deepest = std::max(deepest, ++depth);
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    return deepest;
+}
+
+bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+}  // namespace
+
+nlohmann::ordered_json parameter_json_value(std::string_view raw) {
+    size_t b = 0, e = raw.size();
+    while (b < e && is_space(raw[b])) ++b;
+    while (e > b && is_space(raw[e - 1])) --e;
+    if (b == e) return nullptr;
+    const std::string_view t = raw.substr(b, e - b);
+    if (json_depth(t) > kMaxParameterDepth) return nlohmann::ordered_json(std::string(raw));
+    nlohmann::ordered_json v = nlohmann::ordered_json::parse(t.begin(), t.end(), nullptr, false);
+    if (v.is_discarded()) return nlohmann::ordered_json(std::string(raw));
+    return v;
+}
+
+namespace {
+
 using ordered_json = nlohmann::ordered_json;
 
 struct Syntax {
@@ -51,10 +94,6 @@ constexpr std::array<Syntax, 3> kSyntaxes = {{
      "<DSML｜parameter", "</DSML｜parameter>"},
     {"<tool_calls>", "</tool_calls>", "<invoke", "</invoke>", "<parameter", "</parameter>"},
 }};
-
-bool is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
 
 struct ParseError {
     size_t at;
@@ -140,7 +179,7 @@ class BlockParser {
         }
         const std::string_view raw = s_.substr(body, close - body);
         pos_ = close + syn_.param_close.size();
-        if (kind && *kind == "false") return {std::move(*name), json_value(raw)};
+        if (kind && *kind == "false") return {std::move(*name), parameter_json_value(raw)};
         return {std::move(*name), ordered_json(unescape_close_tag(raw))};
     }
 
@@ -167,16 +206,6 @@ class BlockParser {
         }
         out.append(raw, pos);
         return out;
-    }
-
-    static ordered_json json_value(std::string_view raw) {
-        size_t b = 0, e = raw.size();
-        while (b < e && is_space(raw[b])) ++b;
-        while (e > b && is_space(raw[e - 1])) --e;
-        if (b == e) return nullptr;
-        ordered_json v = ordered_json::parse(raw.substr(b, e - b), nullptr, false);
-        if (v.is_discarded()) return ordered_json(std::string(raw));
-        return v;
     }
 
     std::string_view s_;

@@ -14,6 +14,7 @@
 // Unlike the reference server, `&amp;`-style entities in string bodies are NOT decoded: the
 // tools prompt tells the model to write string values raw, so decoding them would corrupt
 // values that really contain entity text (HTML sources, for instance).
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,12 @@ struct ParsedMessage {
 };
 
 ParsedMessage parse_generated_message(std::string_view text, bool thinking);
+
+// A string="false" parameter body as JSON: empty (or blank) is null, JSON nested at most
+// kMaxParameterDepth deep is itself, any other text (deeper JSON too: printing it recurses once a
+// level) the raw body as a string.
+inline constexpr size_t kMaxParameterDepth = 128;
+nlohmann::ordered_json parameter_json_value(std::string_view raw);
 
 // An attribute value with the five XML entities (&amp; &lt; &gt; &quot; &apos;) decoded, as the
 // parser reads a tag's name="..." attributes.

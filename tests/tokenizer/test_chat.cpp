@@ -2,8 +2,8 @@
 //
 // Oracles: the official API's usage.prompt_tokens for the five official vectors (rendered with
 // -sys "" and no-think); strings produced by DeepSeek's reference encoder (encoding_dsv4.py) for
-// the cases where the reference engine renders the same thing; the token ids docs/MODEL.md section 6
-// quotes from DeepSeek's own V4 tokenizer tests; and, for DSML, render-then-parse round trips.
+// the cases where the reference engine renders the same thing; the token ids docs/MODEL.md section
+// 6 quotes from DeepSeek's own V4 tokenizer tests; and, for DSML, render-then-parse round trips.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -83,7 +83,8 @@ TEST(ChatPrompt, ThinkMaxPrefixIsTheReferenceText) {
 }
 
 TEST(ChatPrompt, PreRenderedTranscriptIsTokenizedAsWritten) {
-    // The ids DeepSeek's V4 tokenizer tests assert for this text (docs/MODEL.md section 6), with BOS.
+    // The ids DeepSeek's V4 tokenizer tests assert for this text (docs/MODEL.md section 6), with
+    // BOS.
     const std::string text =
         "<｜begin▁of▁sentence｜><｜User｜>你好<｜Assistant｜><think>推理</"
         "think>答案<｜end▁of▁sentence｜>";
@@ -295,6 +296,30 @@ TEST(Dsml, ShortAndPlainSpellingsAndLooseParametersAreAccepted) {
     ASSERT_EQ(plain.status, DsmlStatus::kComplete) << plain.error;
     EXPECT_EQ(plain.tool_calls[0].name, "g");
     EXPECT_EQ(plain.tool_calls[0].arguments, R"({"p":"text","o":{"k":1,"s":"v"},"e":null})");
+}
+
+// A string="false" body nested deeper than kMaxParameterDepth stays text (printing it as JSON
+// would recurse once a level); at the limit it is JSON. Brackets inside JSON strings do not count.
+TEST(Dsml, DeeplyNestedJsonParametersStayText) {
+    auto call = [](const std::string &body) {
+        return parse_generated_message(
+            "<tool_calls><invoke name=\"f\"><parameter name=\"a\" "
+            "string=\"false\">" +
+                body + "</parameter></invoke></tool_calls>",
+            false);
+    };
+    auto nested = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+    const ParsedMessage at = call(nested(kMaxParameterDepth));
+    ASSERT_EQ(at.status, DsmlStatus::kComplete) << at.error;
+    EXPECT_EQ(at.tool_calls[0].arguments, "{\"a\":" + nested(kMaxParameterDepth) + "}");
+    const std::string deep = nested(kMaxParameterDepth + 1);
+    const ParsedMessage over = call(deep);
+    ASSERT_EQ(over.status, DsmlStatus::kComplete) << over.error;
+    EXPECT_EQ(over.tool_calls[0].arguments, "{\"a\":\"" + deep + "\"}");
+    const ParsedMessage far = call(nested(200000));  // would overflow a stack if printed
+    ASSERT_EQ(far.status, DsmlStatus::kComplete) << far.error;
+    const std::string quoted = "[\"" + std::string(300, '[') + "\"]";
+    EXPECT_EQ(parameter_json_value(quoted), nlohmann::ordered_json::parse(quoted));
 }
 
 TEST(Dsml, RawDsmlReplaysTheSampledBytes) {
