@@ -85,6 +85,10 @@ void check_prompt(runtime::Model &model, const std::string &dir, const nlohmann:
         r.row_diffs.emplace_back(pos, row_max);
         r.top1.push_back(runtime::argmax(logits));
         r.top1_ref.push_back(int32_t(std::max_element(ref, ref + V) - ref));
+        float second = -INFINITY;
+        for (uint32_t v = 0; v < V; ++v)
+            if (int32_t(v) != r.top1_ref.back()) second = std::max(second, ref[v]);
+        r.ref_margin.push_back(ref[r.top1_ref.back()] - second);
         r.top1_same += r.top1.back() == r.top1_ref.back();
         ++r.rows_compared;
     };

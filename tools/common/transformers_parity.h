@@ -44,6 +44,8 @@ struct ParityResult {
     // argmax of ours and of the reference.
     std::vector<std::pair<size_t, double>> row_diffs;
     std::vector<int32_t> top1, top1_ref;
+    // Per compared row: the reference's top-1 logit less its second (how clear its choice is).
+    std::vector<float> ref_margin;
     std::vector<std::string> problems;  // empty when everything but the bound held
 
     double ratio() const { return max_abs_ref > 0 ? max_abs_diff / max_abs_ref : 0; }
