@@ -7,30 +7,13 @@
 
 #include "server/api_error.h"
 #include "server/request.h"
+#include "tokenizer/dsml_parser.h"
 
 namespace ds4::server {
 
 void check_nesting(std::string_view body) {
-    int depth = 0;
-    bool in_string = false, escaped = false;
-    for (char c : body) {
-        if (in_string) {
-            if (escaped)
-                escaped = false;
-            else if (c == '\\')
-                escaped = true;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            if (++depth > kMaxDepth)
-                fields::bad(
-                    fmt::format("invalid JSON request: nested deeper than {} levels", kMaxDepth));
-        } else if (c == ']' || c == '}') {
-            --depth;
-        }
-    }
+    if (tokenizer::json_nesting_depth(body) > size_t(kMaxDepth))
+        fields::bad(fmt::format("invalid JSON request: nested deeper than {} levels", kMaxDepth));
 }
 
 namespace fields {

@@ -38,9 +38,14 @@ std::string unescape_attr(std::string_view s) {
 
 namespace {
 
-// The deepest nesting of [ and { outside JSON strings (the text need not be JSON).
-size_t json_depth(std::string_view t) {
-    size_t depth = 0, deepest = 0;
+bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+}  // namespace
+
+size_t json_nesting_depth(std::string_view t) {
+    int64_t depth = 0, deepest = 0;
     bool in_string = false, escaped = false;
     for (const char c : t) {
         if (in_string) {
@@ -54,18 +59,12 @@ size_t json_depth(std::string_view t) {
             in_string = true;
         } else if (c == '[' || c == '{') {
             deepest = std::max(deepest, ++depth);
-        } else if ((c == ']' || c == '}') && depth > 0) {
+        } else if (c == ']' || c == '}') {
             --depth;
         }
     }
-    return deepest;
+    return size_t(deepest);
 }
-
-bool is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-}  // namespace
 
 nlohmann::ordered_json parameter_json_value(std::string_view raw) {
     size_t b = 0, e = raw.size();
@@ -73,7 +72,7 @@ nlohmann::ordered_json parameter_json_value(std::string_view raw) {
     while (e > b && is_space(raw[e - 1])) --e;
     if (b == e) return nullptr;
     const std::string_view t = raw.substr(b, e - b);
-    if (json_depth(t) > kMaxParameterDepth) return nlohmann::ordered_json(std::string(raw));
+    if (json_nesting_depth(t) > kMaxParameterDepth) return nlohmann::ordered_json(std::string(raw));
     nlohmann::ordered_json v = nlohmann::ordered_json::parse(t.begin(), t.end(), nullptr, false);
     if (v.is_discarded()) return nlohmann::ordered_json(std::string(raw));
     return v;

@@ -43,6 +43,10 @@ struct ParsedMessage {
 
 ParsedMessage parse_generated_message(std::string_view text, bool thinking);
 
+// The deepest nesting of [ and { outside JSON strings, counted as a parser would before it
+// rejects anything (the text need not be JSON: a stray closer lowers the count).
+size_t json_nesting_depth(std::string_view text);
+
 // A string="false" parameter body as JSON: empty (or blank) is null, JSON nested at most
 // kMaxParameterDepth deep is itself, any other text (deeper JSON too: printing it recurses once a
 // level) the raw body as a string.
