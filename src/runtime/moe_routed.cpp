@@ -73,54 +73,81 @@ backend::cpu::ActivationRows expert_rows(const backend::cpu::ActivationRows &all
     return rows;
 }
 
-// A decode step's routed experts when the source's bytes stay valid (a resident mapping): the
-// gate and up rows of every selected (expert, slot) pair in one parallel loop, the SwiGLUs,
-// every down input quantized at once, and every down product in one more loop. Each output is
-// the per-expert loop's (one vec_dot per row; each row rounded on its own), with 3 dispatches to
-// the pool instead of 3-4 per expert.
-void one_token_experts(ForwardContext &ctx, uint32_t il, const Routing &route,
-                       const backend::cpu::ActivationRows &XQ,
-                       const std::vector<uint32_t> &selected,
-                       const std::vector<std::vector<std::pair<int64_t, uint32_t>>> &users,
-                       float *slot_out) {
+// The routed experts of a batch when the source's bytes stay valid (a resident mapping): the
+// gate and up products of every selected expert in one parallel loop, the SwiGLUs, every down
+// input quantized at once, and every down product in one more loop. Each output is the
+// per-expert loop's (each product computed as matmul_activations computes it; activation rows
+// are quantized row by row), with 3 dispatches to the pool instead of 3-4 per expert: a prefill
+// chunk meets nearly every expert of a layer, each with a few tokens, and a decode step six.
+void experts_in_three_loops(ForwardContext &ctx, uint32_t il, const std::vector<Routing> &routes,
+                            const backend::cpu::ActivationRows &XQ,
+                            const std::vector<uint32_t> &selected,
+                            const std::vector<std::vector<std::pair<int64_t, uint32_t>>> &users,
+                            float *slot_out) {
+    using backend::cpu::activation_rows;
     using backend::cpu::dense_matrix;
     const model::HParams &hp = ctx.hp;
     const model::LayerWeights &L = ctx.w.layers[il];
-    const uint32_t E = hp.n_embd, F = hp.n_ff_exp;
+    const uint32_t E = hp.n_embd, F = hp.n_ff_exp, K = hp.n_expert_used;
     const auto type_gu = L.ffn_gate_exps->type, type_d = L.ffn_down_exps->type;
-    struct Pair {
-        experts::ExpertBytes bytes;
-        uint32_t slot;
-    };
-    std::vector<Pair> pairs;
-    for (uint32_t e : selected) {
-        const experts::ExpertBytes b = ctx.experts.get(il, e);
-        for (const auto &[t, slot] : users[e]) pairs.push_back({b, slot});
+    // Expert e's (token, slot) pairs are rows [first[i], first[i] + users[e].size()) of G, U,
+    // the down inputs and D, for e = selected[i]; their gate and up inputs the same rows of
+    // `gathered` (or XQ itself for a decode step whose experts are all distinct).
+    std::vector<int64_t> first(selected.size() + 1, 0);
+    for (size_t i = 0; i < selected.size(); ++i)
+        first[i + 1] = first[i] + int64_t(users[selected[i]].size());
+    const int64_t P = first.back();
+    const bool one_token = XQ.m == 1 && P == int64_t(selected.size());
+    backend::cpu::ActivationRows gathered = XQ;
+    if (!one_token) {
+        gathered.m = P;
+        auto *rows = static_cast<uint8_t *>(ctx.expert_rows.reserve(XQ.row_stride * size_t(P)));
+        const auto *src = static_cast<const uint8_t *>(XQ.data);
+        for (size_t i = 0; i < selected.size(); ++i)
+            for (size_t j = 0; j < users[selected[i]].size(); ++j)
+                std::memcpy(rows + size_t(first[i] + int64_t(j)) * XQ.row_stride,
+                            src + size_t(users[selected[i]][j].first) * XQ.row_stride,
+                            XQ.row_stride);
+        gathered.data = rows;
     }
-    const size_t P = pairs.size();
-    std::vector<float> G(P * F), U(P * F), D(P * E);
-    std::vector<backend::cpu::RowProduct> products;
-    for (size_t p = 0; p < P; ++p) {
-        products.push_back({dense_matrix(type_gu, pairs[p].bytes.gate, F, E), &XQ, 0, &G[p * F]});
-        products.push_back({dense_matrix(type_gu, pairs[p].bytes.up, F, E), &XQ, 0, &U[p * F]});
+    std::vector<experts::ExpertBytes> bytes;
+    for (uint32_t e : selected) bytes.push_back(ctx.experts.get(il, e));
+    std::vector<float> G(size_t(P) * F), U(size_t(P) * F), D(size_t(P) * E);
+    std::vector<backend::cpu::MatrixProduct> products;
+    for (size_t i = 0; i < selected.size(); ++i) {
+        const int64_t m = first[i + 1] - first[i];
+        const backend::cpu::ActivationRows X =
+            one_token ? XQ : activation_rows(gathered, first[i], m);
+        products.push_back({dense_matrix(type_gu, bytes[i].gate, F, E), X, &G[first[i] * F]});
+        products.push_back({dense_matrix(type_gu, bytes[i].up, F, E), X, &U[first[i] * F]});
     }
-    backend::cpu::matvec_many(ctx.pool, products);
-    // ds4 scales W2's input by the route weight; llama.cpp scales its output.
+    backend::cpu::matmul_many(ctx.pool, products);
+    // ds4 scales W2's input by the route weight; llama.cpp scales its output (the same in exact
+    // arithmetic, but W2's Q8_0 activation rounding differs).
     const bool weight_after_down = ctx.opts.llama_cpp_rounding;
-    for (size_t p = 0; p < P; ++p)
-        backend::cpu::swiglu_clamped(&G[p * F], &U[p * F], F, hp.swiglu_clamp[il],
-                                     weight_after_down ? 1.0f : route.weights[pairs[p].slot]);
-    const backend::cpu::ActivationRows DQ =
-        ctx.quantize(type_d, G.data(), int64_t(P), F, ctx.scratch);
+    std::vector<float> route_weight(static_cast<size_t>(P));
+    std::vector<size_t> out_row(static_cast<size_t>(P));
+    for (size_t i = 0; i < selected.size(); ++i)
+        for (size_t j = 0; j < users[selected[i]].size(); ++j) {
+            const auto &[t, slot] = users[selected[i]][j];
+            const size_t p = size_t(first[i]) + j;
+            route_weight[p] = routes[size_t(t)].weights[slot];
+            out_row[p] = size_t(t) * K + slot;
+        }
+    for (int64_t p = 0; p < P; ++p)
+        backend::cpu::swiglu_clamped(&G[size_t(p) * F], &U[size_t(p) * F], F, hp.swiglu_clamp[il],
+                                     weight_after_down ? 1.0f : route_weight[size_t(p)]);
+    const backend::cpu::ActivationRows DQ = ctx.quantize(type_d, G.data(), P, F, ctx.scratch);
     products.clear();
-    for (size_t p = 0; p < P; ++p)
-        products.push_back(
-            {dense_matrix(type_d, pairs[p].bytes.down, E, F), &DQ, int64_t(p), &D[p * E]});
-    backend::cpu::matvec_many(ctx.pool, products);
-    for (size_t p = 0; p < P; ++p) {
-        float *out = slot_out + size_t(pairs[p].slot) * E;
-        const float w = weight_after_down ? route.weights[pairs[p].slot] : 1.0f;
-        for (uint32_t d = 0; d < E; ++d) out[d] = D[p * E + d] * w;
+    for (size_t i = 0; i < selected.size(); ++i)
+        products.push_back({dense_matrix(type_d, bytes[i].down, E, F),
+                            activation_rows(DQ, first[i], first[i + 1] - first[i]),
+                            &D[size_t(first[i]) * E]});
+    backend::cpu::matmul_many(ctx.pool, products);
+    for (int64_t p = 0; p < P; ++p) {
+        float *out = slot_out + out_row[size_t(p)] * E;
+        const float w = weight_after_down ? route_weight[size_t(p)] : 1.0f;
+        for (uint32_t d = 0; d < E; ++d) out[d] = D[size_t(p) * E + d] * w;
     }
 }
 
@@ -160,8 +187,8 @@ void moe_routed_cpu(ForwardContext &ctx, uint32_t il, const float *XN, const flo
             double(selected.size()) / double(hp.n_expert));
     ctx.experts.prefetch(il, selected);
     const LayerPass pass(ctx.experts, il);
-    if (n == 1 && ctx.experts.bytes_stay_valid()) {
-        one_token_experts(ctx, il, routes[0], XQ, selected, users, slot_out);
+    if (ctx.experts.bytes_stay_valid()) {
+        experts_in_three_loops(ctx, il, routes, XQ, selected, users, slot_out);
         return;
     }
     for (uint32_t e : selected) {

@@ -259,40 +259,43 @@ TEST_P(MatmulByType, ExpertSlabAndStridedRowsNeedNoCopy) {
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulByType, ::testing::ValuesIn(kWeightTypes),
                          [](const auto &info) { return name_of(info.param); });
 
-// Several products in one loop (a decode step's routed experts): each output has the bits of
-// its own matmul_activations, for products of several sizes (one chunk, many chunks, a chunk
-// shorter than the others) reading different rows of one set of activations, with 1, 2 and 5
-// threads.
+// Several products in one loop (a layer's routed experts): each output has the bits of its own
+// matmul_activations, for products of several sizes (one chunk, many chunks, a chunk shorter
+// than the others) over different runs of rows of one set of activations (one row, as in a
+// decode step, and several, as in a prefill chunk), with 1, 2 and 5 threads.
 TEST_P(MatmulByType, ManyProductsInOneLoopHaveEachProductsBits) {
     const GgmlType type = GetParam();
-    const int64_t k = 512, m = 3;
-    const int64_t rows[] = {1, 130, 700, 33};
+    const int64_t k = 512, m = 5;
+    const int64_t rows[] = {1, 130, 700, 33, 64};
+    const int64_t x_first[] = {0, 1, 2, 4, 0};
+    const int64_t x_count[] = {1, 3, 1, 1, 5};
     const auto x = random_floats(m * k, 91);
     ScratchBuffer scratch;
     for (const int threads : {1, 2, 5}) {
         ThreadPool &pool = pool_of(threads);
         const ActivationRows a = quantize_activations(pool, scratch, type, x.data(), m, k);
         std::vector<std::vector<uint8_t>> weights;
-        std::vector<std::vector<float>> got, want;
-        std::vector<RowProduct> products;
+        std::vector<std::vector<float>> got;
+        std::vector<MatrixProduct> products;
         for (size_t p = 0; p < std::size(rows); ++p) {
             weights.push_back(random_weights(type, rows[p], k, 92 + p));
-            got.emplace_back(size_t(rows[p]), std::nanf(""));
+            got.emplace_back(size_t(rows[p] * x_count[p]), std::nanf(""));
         }
         for (size_t p = 0; p < std::size(rows); ++p)
-            products.push_back({dense_matrix(type, weights[p].data(), rows[p], k), &a,
-                                int64_t(p % m), got[p].data()});
-        matvec_many(pool, products);
+            products.push_back({dense_matrix(type, weights[p].data(), rows[p], k),
+                                activation_rows(a, x_first[p], x_count[p]), got[p].data()});
+        matmul_many(pool, products);
         for (size_t p = 0; p < std::size(rows); ++p) {
-            // The same row alone through matmul_activations.
-            ActivationRows one = a;
-            one.m = 1;
-            one.data = static_cast<const uint8_t *>(a.data) + (p % m) * a.row_stride;
-            std::vector<float> y(size_t(rows[p]));
-            matmul_activations(pool, dense_matrix(type, weights[p].data(), rows[p], k), one,
+            // The same rows alone through matmul_activations.
+            ActivationRows some = a;
+            some.m = x_count[p];
+            some.data = static_cast<const uint8_t *>(a.data) + x_first[p] * a.row_stride;
+            std::vector<float> y(size_t(rows[p] * x_count[p]));
+            matmul_activations(pool, dense_matrix(type, weights[p].data(), rows[p], k), some,
                                y.data());
-            EXPECT_TRUE(same_bits(y.data(), got[p].data(), rows[p]))
-                << "product " << p << " (" << rows[p] << " rows), " << threads << " threads";
+            EXPECT_TRUE(same_bits(y.data(), got[p].data(), rows[p] * x_count[p]))
+                << "product " << p << " (" << rows[p] << " rows x " << x_count[p]
+                << " activation rows), " << threads << " threads";
         }
     }
 }
@@ -305,15 +308,19 @@ TEST(Matmul, ManyProductsRejectMismatchedActivations) {
     std::vector<float> y(4);
     const ActivationRows q8_0 =
         quantize_activations(pool, scratch, GgmlType::Q8_0, x.data(), 1, 512);
-    const RowProduct wrong_type[] = {
-        {dense_matrix(GgmlType::Q2_K, w.data(), 4, 512), &q8_0, 0, y.data()}};
-    EXPECT_THROW(matvec_many(pool, wrong_type), ds4::Error);
+    const MatrixProduct wrong_type[] = {
+        {dense_matrix(GgmlType::Q2_K, w.data(), 4, 512), q8_0, y.data()}};
+    EXPECT_THROW(matmul_many(pool, wrong_type), ds4::Error);
     const ActivationRows q8_k =
         quantize_activations(pool, scratch, GgmlType::Q2_K, x.data(), 1, 512);
-    const RowProduct wrong_row[] = {
-        {dense_matrix(GgmlType::Q2_K, w.data(), 4, 512), &q8_k, 1, y.data()}};
-    EXPECT_THROW(matvec_many(pool, wrong_row), ds4::Error);
-    matvec_many(pool, std::span<const RowProduct>{});  // nothing to do
+    EXPECT_THROW(activation_rows(q8_k, 1, 1), ds4::Error);
+    EXPECT_THROW(activation_rows(q8_k, 0, 2), ds4::Error);
+    EXPECT_THROW(activation_rows(q8_k, -1, 1), ds4::Error);
+    EXPECT_EQ(activation_rows(q8_k, 1, 0).m, 0);
+    const MatrixProduct no_rows[] = {
+        {dense_matrix(GgmlType::Q2_K, w.data(), 4, 512), activation_rows(q8_k, 0, 0), y.data()}};
+    matmul_many(pool, no_rows);                           // an expert nobody chose: nothing to do
+    matmul_many(pool, std::span<const MatrixProduct>{});  // nothing to do
 }
 
 TEST(Matmul, EmptyShapesDoNothing) {

@@ -42,6 +42,40 @@ void check_weight(const WeightMatrix &w) {
     if (w.data == nullptr && w.n_rows > 0) throw Error("matmul: null weight pointer");
 }
 
+// x must be in the format and layout of W's dot product, with W's row length.
+void check_activations(const WeightMatrix &w, const ActivationRows &x) {
+    const quant::TypeKernels &kern = quant::kernels(w.type);
+    if (x.type != kern.vec_dot_type || x.k != w.k)
+        throw Error("matmul: activations are " + std::string(ggml_type_name(x.type)) + " x " +
+                    std::to_string(x.k) + ", the " + std::string(ggml_type_name(w.type)) +
+                    " weight needs " + std::string(ggml_type_name(kern.vec_dot_type)) + " x " +
+                    std::to_string(w.k));
+    if (x.layout != kern.activation_layout)
+        throw Error("matmul: the activations were quantized for another kernel's layout than the " +
+                    std::string(ggml_type_name(w.type)) + " weight's (quantize_activations)");
+}
+
+// Rows [row_begin, row_end) of Y = X W^T (Y: x.m rows of w.n_rows). Row-outer, batch-inner: a
+// weight row is fetched from memory once and reused x.m times from L1 (decoded once, where the
+// format has a multi-row dot); the activation rows (x.m x ~1.1 bytes x k) stay in L2.
+void product_rows(const WeightMatrix &w, const ActivationRows &x, float *Y, int64_t row_begin,
+                  int64_t row_end) {
+    const quant::TypeKernels &kern = quant::kernels(w.type);
+    const auto *w_bytes = static_cast<const uint8_t *>(w.data);
+    const auto *x_bytes = static_cast<const uint8_t *>(x.data);
+    const int64_t n = w.n_rows, m = x.m, k = w.k;
+    if (m > 1 && kern.vec_dot_multi != nullptr) {
+        kern.vec_dot_multi(k, w_bytes + static_cast<size_t>(row_begin) * w.row_stride, w.row_stride,
+                           row_end - row_begin, x_bytes, x.row_stride, m, Y + row_begin, n);
+        return;
+    }
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const uint8_t *w_row = w_bytes + static_cast<size_t>(r) * w.row_stride;
+        for (int64_t j = 0; j < m; ++j)
+            Y[j * n + r] = kern.vec_dot(k, w_row, x_bytes + static_cast<size_t>(j) * x.row_stride);
+    }
+}
+
 }  // namespace
 
 WeightMatrix dense_matrix(GgmlType type, const void *data, int64_t n_rows, int64_t k) {
@@ -63,75 +97,45 @@ WeightMatrix expert_matrix(GgmlType type, const void *data, int64_t n_rows, int6
 void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const ActivationRows &x,
                         float *Y) {
     check_weight(w);
-    const quant::TypeKernels &kern = quant::kernels(w.type);
-    if (x.type != kern.vec_dot_type || x.k != w.k)
-        throw Error("matmul: activations are " + std::string(ggml_type_name(x.type)) + " x " +
-                    std::to_string(x.k) + ", the " + std::string(ggml_type_name(w.type)) +
-                    " weight needs " + std::string(ggml_type_name(kern.vec_dot_type)) + " x " +
-                    std::to_string(w.k));
-    if (x.layout != kern.activation_layout)
-        throw Error("matmul: the activations were quantized for another kernel's layout than the " +
-                    std::string(ggml_type_name(w.type)) + " weight's (quantize_activations)");
+    check_activations(w, x);
     if (x.m <= 0 || w.n_rows == 0) return;
 
-    const auto *w_bytes = static_cast<const uint8_t *>(w.data);
-    const auto *x_bytes = static_cast<const uint8_t *>(x.data);
-    const quant::VecDotFn vec_dot = kern.vec_dot;
-    const quant::VecDotMultiFn vec_dot_multi = x.m > 1 ? kern.vec_dot_multi : nullptr;
-    const int64_t n = w.n_rows, m = x.m, k = w.k;
-    const int64_t chunk = rows_per_chunk(n, w.row_stride, pool.n_threads());
-
-    // Row-outer, batch-inner: a weight row is fetched from memory once and reused m times from
-    // L1 (decoded once, where the format has a multi-row dot); the m activation rows
-    // (m x ~1.1 bytes x k) stay in L2.
-    pool.parallel_for(n, chunk, [&](int64_t row_begin, int64_t row_end, int) {
-        if (vec_dot_multi != nullptr) {
-            vec_dot_multi(k, w_bytes + static_cast<size_t>(row_begin) * w.row_stride, w.row_stride,
-                          row_end - row_begin, x_bytes, x.row_stride, m, Y + row_begin, n);
-            return;
-        }
-        for (int64_t r = row_begin; r < row_end; ++r) {
-            const uint8_t *w_row = w_bytes + static_cast<size_t>(r) * w.row_stride;
-            for (int64_t j = 0; j < m; ++j)
-                Y[j * n + r] = vec_dot(k, w_row, x_bytes + static_cast<size_t>(j) * x.row_stride);
-        }
-    });
+    pool.parallel_for(w.n_rows, rows_per_chunk(w.n_rows, w.row_stride, pool.n_threads()),
+                      [&](int64_t row_begin, int64_t row_end, int) {
+                          product_rows(w, x, Y, row_begin, row_end);
+                      });
 }
 
-void matvec_many(ThreadPool &pool, std::span<const RowProduct> products) {
+ActivationRows activation_rows(const ActivationRows &x, int64_t first, int64_t count) {
+    if (first < 0 || count < 0 || first > x.m || count > x.m - first)
+        throw Error("activation_rows: rows " + std::to_string(first) + " + " +
+                    std::to_string(count) + " of " + std::to_string(x.m));
+    ActivationRows view = x;
+    view.data = static_cast<const uint8_t *>(x.data) + static_cast<size_t>(first) * x.row_stride;
+    view.m = count;
+    return view;
+}
+
+void matmul_many(ThreadPool &pool, std::span<const MatrixProduct> products) {
     struct Chunk {
         size_t product;
         int64_t begin, end;
     };
     std::vector<Chunk> chunks;
     for (size_t p = 0; p < products.size(); ++p) {
-        const RowProduct &rp = products[p];
-        check_weight(rp.w);
-        const quant::TypeKernels &kern = quant::kernels(rp.w.type);
-        const ActivationRows &x = *rp.x;
-        if (x.type != kern.vec_dot_type || x.k != rp.w.k || x.layout != kern.activation_layout)
-            throw Error("matvec_many: product " + std::to_string(p) + " has activations of " +
-                        std::string(ggml_type_name(x.type)) + " x " + std::to_string(x.k) +
-                        " for a " + std::string(ggml_type_name(rp.w.type)) + " x " +
-                        std::to_string(rp.w.k) + " weight");
-        if (rp.x_row < 0 || rp.x_row >= x.m)
-            throw Error("matvec_many: product " + std::to_string(p) + " names activation row " +
-                        std::to_string(rp.x_row) + " of " + std::to_string(x.m));
-        const int64_t chunk = rows_per_chunk(rp.w.n_rows, rp.w.row_stride, pool.n_threads());
-        for (int64_t r = 0; r < rp.w.n_rows; r += chunk)
-            chunks.push_back({p, r, std::min(rp.w.n_rows, r + chunk)});
+        const MatrixProduct &mp = products[p];
+        check_weight(mp.w);
+        check_activations(mp.w, mp.x);
+        if (mp.x.m <= 0) continue;
+        const int64_t chunk = rows_per_chunk(mp.w.n_rows, mp.w.row_stride, pool.n_threads());
+        for (int64_t r = 0; r < mp.w.n_rows; r += chunk)
+            chunks.push_back({p, r, std::min(mp.w.n_rows, r + chunk)});
     }
     pool.parallel_for(int64_t(chunks.size()), 1, [&](int64_t c0, int64_t c1, int) {
         for (int64_t c = c0; c < c1; ++c) {
             const Chunk &ch = chunks[size_t(c)];
-            const RowProduct &rp = products[ch.product];
-            const quant::VecDotFn vec_dot = quant::kernels(rp.w.type).vec_dot;
-            const auto *w_bytes = static_cast<const uint8_t *>(rp.w.data);
-            const auto *x_row = static_cast<const uint8_t *>(rp.x->data) +
-                                static_cast<size_t>(rp.x_row) * rp.x->row_stride;
-            for (int64_t r = ch.begin; r < ch.end; ++r)
-                rp.y[r] =
-                    vec_dot(rp.w.k, w_bytes + static_cast<size_t>(r) * rp.w.row_stride, x_row);
+            const MatrixProduct &mp = products[ch.product];
+            product_rows(mp.w, mp.x, mp.Y, ch.begin, ch.end);
         }
     });
 }

@@ -55,17 +55,22 @@ void matmul(ThreadPool &pool, ScratchBuffer &scratch, ds4::GgmlType type, const 
 // shared by several matrices. Y is m rows of n_rows floats (dense).
 void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const ActivationRows &x, float *Y);
 
-// One product of matvec_many: y = W x, x being row x_row of activation rows in W's vec_dot format.
-struct RowProduct {
+// Rows [first, first + count) of x: a view, no copy. Throws if they are not all rows of x.
+ActivationRows activation_rows(const ActivationRows &x, int64_t first, int64_t count);
+
+// One product of matmul_many: Y = X W^T, X being all x.m rows of x (in W's vec_dot format), Y
+// x.m rows of w.n_rows floats (dense).
+struct MatrixProduct {
     WeightMatrix w;
-    const ActivationRows *x;
-    int64_t x_row;
-    float *y;
+    ActivationRows x;
+    float *Y;
 };
-// Several products in one parallel loop over all their rows (a chunk never spans two products),
-// each output one vec_dot of (weight row, activation row) as matmul_activations computes it: the
-// bits of running them one by one, with one dispatch to the pool instead of one per product (a
-// decode step's routed experts are a dozen small matrices).
-void matvec_many(ThreadPool &pool, std::span<const RowProduct> products);
+
+// Several products in one parallel loop over all their weight rows (a chunk never spans two
+// products), each chunk computed as matmul_activations computes it: the bits of running them
+// one by one, with one dispatch to the pool instead of one per product. A layer's routed experts
+// are up to n_expert products of a few MB each (a decode step's: a dozen with one row each),
+// too small to fill the pool one at a time.
+void matmul_many(ThreadPool &pool, std::span<const MatrixProduct> products);
 
 }  // namespace ds4::backend::cpu
