@@ -229,8 +229,10 @@ float dot_f32_in_f64(int64_t n, const Weights &w, const float *x) {
         return _mm512_fmadd_pd(_mm512_cvtps_pd(w.load8(i)), _mm512_cvtps_pd(_mm256_loadu_ps(x + i)),
                                acc);
     };
+    simd::StreamPrefetch prefetch(w.at(0));
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
+        prefetch.ahead(w.at(i));
         acc0 = fma8(i, acc0);
         acc1 = fma8(i + 8, acc1);
         acc2 = fma8(i + 16, acc2);
@@ -241,12 +243,14 @@ float dot_f32_in_f64(int64_t n, const Weights &w, const float *x) {
 
 struct F32Weights {
     const float *p;
+    const void *at(int64_t i) const { return p + i; }
     __m256 load8(int64_t i) const { return _mm256_loadu_ps(p + i); }
     __m256 load8_partial(int64_t i, __mmask8 m) const { return _mm256_maskz_loadu_ps(m, p + i); }
 };
 
 struct F16Weights {
     const uint16_t *p;
+    const void *at(int64_t i) const { return p + i; }
     __m256 load8(int64_t i) const { return _mm256_cvtph_ps(load128(p + i)); }
     __m256 load8_partial(int64_t i, __mmask8 m) const {
         return _mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, p + i));
@@ -256,6 +260,7 @@ struct F16Weights {
 // bf16 is the top half of an f32: widen to 32 bits and shift into place.
 struct BF16Weights {
     const uint16_t *p;
+    const void *at(int64_t i) const { return p + i; }
     static __m256 widen(__m128i h) {
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
@@ -388,8 +393,6 @@ inline __m256 q8_block_scaled(const Q8BlockWeights &bw, const BlockQ8_0 &xq, __m
 
 }  // namespace
 
-constexpr int kQ8PrefetchBytes = 2048;
-
 // Blocks alternate between two accumulators (even, odd), each a chain of fma over 8 lanes. Two
 // blocks per zmm: lanes 0-7 are block b (the even chain), lanes 8-15 block b + 1 (the odd chain),
 // so every lane sees the operations of vec_dot_multi_q8_0_q8_0's ymm chains, bit for bit.
@@ -402,13 +405,10 @@ float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
         return _mm512_inserti64x4(_mm512_castsi256_si512(load256(a.qs)), load256(b.qs), 1);
     };
     __m512 acc = _mm512_setzero_ps();
+    simd::StreamPrefetch prefetch(w);
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        // Ask for the weights 2 KiB ahead (into the next rows at a row's end): a core's loads
-        // feeding one chain of dot products keep too few misses in flight to stream on their
-        // own (bench_matvec matvec/Q8_0 on a 16-core Xeon: 0.50 -> 0.86 of a plain read on one
-        // thread, 85 -> 133 GB/s on 16; 768 bytes ahead gave 0.63). A hint: no result changes.
-        _mm_prefetch(reinterpret_cast<const char *>(wb + b) + kQ8PrefetchBytes, _MM_HINT_T0);
+        prefetch.ahead(wb + b);
         const __m512i wv = pair(wb[b], wb[b + 1]);
         const __m512i unbias = _mm512_sub_epi32(
             _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv));
@@ -504,8 +504,10 @@ float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x) {
         return simd::e8m0_to_f32_half(wb[k].e) * simd::f16_to_f32(xb[k].d);
     };
     __m512 acc = _mm512_setzero_ps();
+    simd::StreamPrefetch prefetch(w);
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+        prefetch.ahead(wb + b);
         // 128-bit lanes q_a q_a q_b q_b, shifted by 0 4 0 4: codes of values 0-15 and 16-31 of
         // block a, then of block b
         const __m512i q = _mm512_inserti64x4(
@@ -650,7 +652,9 @@ float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
     __m256 acc_min = _mm256_setzero_ps();
     const Q2kScaleControls controls;
     Q2kBlockWeights bw;
+    simd::StreamPrefetch prefetch(w);
     for (int64_t b = 0; b < n / kQK_K; ++b) {
+        prefetch.ahead(wb + b);
         q2k_block_weights(wb[b], controls, bw);
         q2k_block_accumulate(bw, xb[b], acc, acc_min);
     }
@@ -720,7 +724,9 @@ float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
     __m512 acc = _mm512_setzero_ps();
     __m128 acc_min = _mm_setzero_ps();
     Q4kBlockWeights bw;
+    simd::StreamPrefetch prefetch(w);
     for (int64_t b = 0; b < n / kQK_K; ++b) {
+        prefetch.ahead(wb + b);
         q4k_block_weights(wb[b], bw);
         q4k_block_accumulate(bw, xb[b], acc, acc_min);
     }
@@ -840,8 +846,10 @@ float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
     __m512 acc = _mm512_setzero_ps();
     Iq2Unpacked unpacked;
     Iq2BlockWeights bw;
+    simd::StreamPrefetch prefetch(w);
     for (int64_t first = 0; first < nb; first += kIq2Chunk) {
         const int count = static_cast<int>(std::min<int64_t>(nb - first, kIq2Chunk));
+        prefetch.ahead(wb + first + count);
         iq2_xxs_unpack(wb + first, count, unpacked);
         for (int i = 0; i < count; ++i) {
             iq2_block_weights(wb[first + i], unpacked, i, bw);

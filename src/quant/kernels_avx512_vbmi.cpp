@@ -326,8 +326,10 @@ float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
     const ActivationRow row = activation_row(x, n);
     PairWeights pw;
     __m512 acc = _mm512_setzero_ps();
+    simd::StreamPrefetch prefetch(w);
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
+        prefetch.ahead(wb + b);
         decode_pair<false>(c, wb + b, pw);
         const __m512 d = pair_scale<false>(c, wb + b, row.d + b);
         accumulate_pairs<false, 1>(c, &pw, row, b, &d, &acc);
