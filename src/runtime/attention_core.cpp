@@ -65,16 +65,23 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
     const bool compressed = hp.compress_ratio[il] != 0;
     const bool indexed = hp.attention_kind(il) == model::AttentionKind::Overlapped;
 
+    // Every query head of the batch normed and rotated at its token's position, on the pool.
+    {
+        CpuScope scope(ctx.profile, "attention: q, kv, compressors");
+        ctx.pool.parallel_for(n * H, 8, [&](int64_t i0, int64_t i1, int) {
+            for (int64_t i = i0; i < i1; ++i) {
+                float *qh = in.q + size_t(i) * D;
+                rms_norm(qh, nullptr, qh, D, hp.rms_eps);
+                rope_tail(qh, D, rope, p0 + i / H, false);
+            }
+        });
+    }
     // Per token, in position order: cache updates, then attention over what that token sees.
     std::vector<float> kv(D), row(D), irow(hp.idx_head_dim), rows;
     for (int64_t t = 0; t < n; ++t) {
         const int64_t p = p0 + t;
         CpuScope scope(ctx.profile, "attention: q, kv, compressors");
-        float *q = in.q + t * H * D;
-        for (uint32_t h = 0; h < H; ++h) {
-            rms_norm(q + size_t(h) * D, nullptr, q + size_t(h) * D, D, hp.rms_eps);
-            rope_tail(q + size_t(h) * D, D, rope, p, false);
-        }
+        const float *q = in.q + t * H * D;
         // The token's KV row: rmsnorm, RoPE, FP8 on the non-rotary dims, into the window ring.
         rms_norm(in.kv + t * D, f32(L.attn_kv_a_norm), kv.data(), D, hp.rms_eps);
         rope_tail(kv.data(), D, rope, p, false);

@@ -98,17 +98,24 @@ void hc_pre(ForwardContext &ctx, const HcWeights &hc, const float *X, int64_t m,
             float *x_in) {
     const uint32_t n = ctx.hp.n_hc, E = ctx.hp.n_embd, n_mix = ctx.hp.n_hc_mix();
     const std::vector<float> mixes = hc_mixes(ctx, hc.fn, X, m);
-    std::fill(x_in, x_in + size_t(m) * E, 0.0f);
+    std::vector<float> pre(size_t(m) * n);
     for (int64_t t = 0; t < m; ++t) {
         const HcMix one = hc_mix_from(mixes.data() + t * n_mix, f32(hc.scale), f32(hc.base), n,
                                       ctx.hp.sinkhorn_iters, ctx.hp.hc_eps);
         pack_mix(one, mix + t * n_mix);
-        // Each output's sum runs over the streams in order whatever the split of d.
-        ctx.pool.parallel_for(E, kHcGrain, [&](int64_t d0, int64_t d1, int) {
-            hc_combine_range(one.pre.data(), X + size_t(t) * n * E, n, E, uint32_t(d0),
-                             uint32_t(d1), x_in + size_t(t) * E);
-        });
+        std::copy(one.pre.begin(), one.pre.end(), pre.begin() + t * n);
     }
+    // Every token's columns in one loop on the pool (a task never spans two tokens); each
+    // output's sum runs over the streams in order whatever the split.
+    const int64_t ranges = (int64_t(E) + kHcGrain - 1) / kHcGrain;
+    ctx.pool.parallel_for(m * ranges, 1, [&](int64_t i0, int64_t i1, int) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t t = i / ranges, d0 = (i % ranges) * kHcGrain;
+            const int64_t d1 = std::min<int64_t>(E, d0 + kHcGrain);
+            hc_combine_range(pre.data() + t * n, X + size_t(t) * n * E, n, E, uint32_t(d0),
+                             uint32_t(d1), x_in + size_t(t) * E);
+        }
+    });
 }
 
 void hc_post(const float *mix, uint32_t n, const float *y, uint32_t E, float *X) {
