@@ -7,6 +7,7 @@
 #include <istream>
 #include <ostream>
 
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/vector_ops.h"
 #include "common/error.h"
 #include "quant/quant.h"
@@ -81,20 +82,30 @@ void CpuOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, flo
     const int64_t R = static_cast<int64_t>(w->ne[1]) / groups;
     const int64_t K = static_cast<int64_t>(w->ne[0]);
     const CpuScope scope(ctx_.profile, "linear", w, double(m));
-    std::vector<float> group_in(m * K), group_out(m * R);
+    // X is m x groups rows of K: every row quantized once (each on its own, as a group's own
+    // matmul would), then the groups' products in one pool loop, group g reading every
+    // groups-th row from row g and writing every groups-th row of R outputs.
+    const backend::cpu::ActivationRows XQ = ctx_.quantize(w->type, X, m * groups, K, ctx_.scratch);
+    std::vector<backend::cpu::MatrixProduct> products;
     for (uint32_t g = 0; g < groups; ++g) {
-        for (int64_t t = 0; t < m; ++t)
-            std::copy_n(X + (t * groups + g) * K, K, group_in.data() + t * K);
-        ctx_.linear_rows(w, int64_t(g) * R, R, group_in.data(), group_out.data(), m);
-        for (int64_t t = 0; t < m; ++t)
-            std::copy_n(group_out.data() + t * R, R, Y + (t * groups + g) * R);
+        backend::cpu::ActivationRows xg = XQ;
+        xg.data = static_cast<const uint8_t *>(XQ.data) + size_t(g) * XQ.row_stride;
+        xg.m = m;
+        xg.row_stride = XQ.row_stride * groups;
+        products.push_back(
+            {backend::cpu::dense_matrix(w->type, w->data + g * R * w->row_bytes(), R, K), xg,
+             Y + size_t(g) * R, int64_t(groups) * R});
     }
+    backend::cpu::matmul_many(ctx_.pool, products);
 }
 
 void CpuOps::rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int64_t n) {
     const CpuScope scope(ctx_.profile, "rms_norm");
-    for (int64_t t = 0; t < m; ++t)
-        backend::cpu::rms_norm(x + t * n, f32_or_null(w), y + t * n, n, ctx_.hp.rms_eps);
+    // A token per task (one token runs inline): each row's norm is the serial one.
+    ctx_.pool.parallel_for(m, 1, [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t)
+            backend::cpu::rms_norm(x + t * n, f32_or_null(w), y + t * n, n, ctx_.hp.rms_eps);
+    });
 }
 
 void CpuOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix, float *x_in) {

@@ -17,9 +17,12 @@ namespace {
 std::vector<float> hc_mixes(ForwardContext &ctx, model::Tensor fn, const float *X, int64_t m) {
     const int64_t width = int64_t(ctx.hp.n_hc) * ctx.hp.n_embd;
     std::vector<float> flat(size_t(m * width));
-    for (int64_t t = 0; t < m; ++t)
-        backend::cpu::rms_norm(X + t * width, nullptr, flat.data() + t * width, width,
-                               ctx.hp.rms_eps);
+    // A token per task (one token runs inline): each row's norm is the serial one.
+    ctx.pool.parallel_for(m, 1, [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t)
+            backend::cpu::rms_norm(X + t * width, nullptr, flat.data() + t * width, width,
+                                   ctx.hp.rms_eps);
+    });
     std::vector<float> mixes(size_t(m) * fn->ne[1]);
     ctx.linear(fn, flat.data(), mixes.data(), m);
     return mixes;

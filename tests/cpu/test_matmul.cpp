@@ -300,6 +300,44 @@ TEST_P(MatmulByType, ManyProductsInOneLoopHaveEachProductsBits) {
     }
 }
 
+// Grouped products (the attention's output_a): group g reads every groups-th activation row from
+// row g and writes every groups-th output row; each output equals the group's own dense matmul.
+TEST_P(MatmulByType, ManyProductsReadAndWriteStridedRows) {
+    const GgmlType type = GetParam();
+    const int64_t k = 512, m = 3, groups = 2, rows = 40;
+    const auto x = random_floats(m * groups * k, 93);
+    ScratchBuffer scratch, dense_scratch;
+    ThreadPool &pool = pool_of(3);
+    const ActivationRows all = quantize_activations(pool, scratch, type, x.data(), m * groups, k);
+    std::vector<std::vector<uint8_t>> weights;
+    std::vector<float> got(size_t(m * groups * rows), std::nanf(""));
+    std::vector<MatrixProduct> products;
+    for (int64_t g = 0; g < groups; ++g) {
+        weights.push_back(random_weights(type, rows, k, 94 + g));
+        ActivationRows xg = all;
+        xg.data = static_cast<const uint8_t *>(all.data) + g * all.row_stride;
+        xg.m = m;
+        xg.row_stride = all.row_stride * groups;
+        products.push_back({dense_matrix(type, weights[size_t(g)].data(), rows, k), xg,
+                            got.data() + g * rows, groups * rows});
+    }
+    matmul_many(pool, products);
+    for (int64_t g = 0; g < groups; ++g) {
+        std::vector<float> xg(size_t(m * k)), want(size_t(m * rows));
+        for (int64_t t = 0; t < m; ++t)
+            std::copy_n(x.data() + (t * groups + g) * k, k, xg.data() + t * k);
+        matmul(pool, dense_scratch, dense_matrix(type, weights[size_t(g)].data(), rows, k),
+               xg.data(), m, want.data());
+        for (int64_t t = 0; t < m; ++t)
+            EXPECT_TRUE(
+                same_bits(want.data() + t * rows, got.data() + (t * groups + g) * rows, rows))
+                << "group " << g << " token " << t;
+    }
+    MatrixProduct short_stride = products[0];
+    short_stride.y_stride = rows - 1;
+    EXPECT_THROW(matmul_many(pool, std::span<const MatrixProduct>(&short_stride, 1)), ds4::Error);
+}
+
 TEST(Matmul, ManyProductsRejectMismatchedActivations) {
     ThreadPool &pool = pool_of(2);
     ScratchBuffer scratch;

@@ -55,15 +55,16 @@ void check_activations(const WeightMatrix &w, const ActivationRows &x) {
                     std::string(ggml_type_name(w.type)) + " weight's (quantize_activations)");
 }
 
-// Rows [row_begin, row_end) of Y = X W^T (Y: x.m rows of w.n_rows). Row-outer, batch-inner: a
+// Rows [row_begin, row_end) of Y = X W^T (Y: x.m rows of w.n_rows, y_stride apart). Row-outer,
+// batch-inner: a
 // weight row is fetched from memory once and reused x.m times from L1 (decoded once, where the
 // format has a multi-row dot); the activation rows (x.m x ~1.1 bytes x k) stay in L2.
-void product_rows(const WeightMatrix &w, const ActivationRows &x, float *Y, int64_t row_begin,
-                  int64_t row_end) {
+void product_rows(const WeightMatrix &w, const ActivationRows &x, float *Y, int64_t y_stride,
+                  int64_t row_begin, int64_t row_end) {
     const quant::TypeKernels &kern = quant::kernels(w.type);
     const auto *w_bytes = static_cast<const uint8_t *>(w.data);
     const auto *x_bytes = static_cast<const uint8_t *>(x.data);
-    const int64_t n = w.n_rows, m = x.m, k = w.k;
+    const int64_t n = y_stride, m = x.m, k = w.k;
     if (m > 1 && kern.vec_dot_multi != nullptr) {
         kern.vec_dot_multi(k, w_bytes + static_cast<size_t>(row_begin) * w.row_stride, w.row_stride,
                            row_end - row_begin, x_bytes, x.row_stride, m, Y + row_begin, n);
@@ -102,7 +103,7 @@ void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const Activatio
 
     pool.parallel_for(w.n_rows, rows_per_chunk(w.n_rows, w.row_stride, pool.n_threads()),
                       [&](int64_t row_begin, int64_t row_end, int) {
-                          product_rows(w, x, Y, row_begin, row_end);
+                          product_rows(w, x, Y, w.n_rows, row_begin, row_end);
                       });
 }
 
@@ -126,6 +127,10 @@ void matmul_many(ThreadPool &pool, std::span<const MatrixProduct> products) {
         const MatrixProduct &mp = products[p];
         check_weight(mp.w);
         check_activations(mp.w, mp.x);
+        if (mp.y_stride != 0 && mp.y_stride < mp.w.n_rows)
+            throw Error("matmul_many: product " + std::to_string(p) + " has output rows " +
+                        std::to_string(mp.y_stride) + " floats apart, shorter than its " +
+                        std::to_string(mp.w.n_rows) + " rows");
         if (mp.x.m <= 0) continue;
         const int64_t chunk = rows_per_chunk(mp.w.n_rows, mp.w.row_stride, pool.n_threads());
         for (int64_t r = 0; r < mp.w.n_rows; r += chunk)
@@ -135,7 +140,8 @@ void matmul_many(ThreadPool &pool, std::span<const MatrixProduct> products) {
         for (int64_t c = c0; c < c1; ++c) {
             const Chunk &ch = chunks[size_t(c)];
             const MatrixProduct &mp = products[ch.product];
-            product_rows(mp.w, mp.x, mp.Y, ch.begin, ch.end);
+            product_rows(mp.w, mp.x, mp.Y, mp.y_stride > 0 ? mp.y_stride : mp.w.n_rows, ch.begin,
+                         ch.end);
         }
     });
 }

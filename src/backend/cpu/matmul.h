@@ -59,11 +59,12 @@ void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const Activatio
 ActivationRows activation_rows(const ActivationRows &x, int64_t first, int64_t count);
 
 // One product of matmul_many: Y = X W^T, X being all x.m rows of x (in W's vec_dot format), Y
-// x.m rows of w.n_rows floats (dense).
+// x.m rows of w.n_rows floats, y_stride floats apart (0: dense, w.n_rows).
 struct MatrixProduct {
     WeightMatrix w;
     ActivationRows x;
     float *Y;
+    int64_t y_stride = 0;
 };
 
 // Several products in one parallel loop over all their weight rows (a chunk never spans two
