@@ -2,8 +2,10 @@
 # One CPU measuring round on a many-core machine (docs/PERFORMANCE.md, "CPU at scale"), all in
 # one call so that every ratio comes from one machine: the SIMD kernel tests (the AVX-512 ones
 # skip on a machine without it), bench_matvec against a plain read, then the published Flash q2
-# layout (written to /dev/shm) through ds4-bench --cpu for this build and, when BASE is set, the
-# build it is compared with, and through llama.cpp's llama-bench when LLAMA_BENCH names one.
+# layout (written to /dev/shm), its read through the mapping (bench_disk_read --mode mapped: the
+# roofline is that rate / 9.19 GB a token), and the model through ds4-bench --cpu for this
+# build and, when BASE is set, the build it is compared with, and through llama.cpp's
+# llama-bench when LLAMA_BENCH names one.
 #
 #   BIN=build/bin BASE=old/bin LLAMA_BENCH=llama-bench LIB=libdir OUT=out \
 #     bench/cpu_round.sh [-t "THREADS ..."] [-c "PROMPT_TOKENS ..."] [-n GEN_TOKENS]
@@ -58,6 +60,10 @@ if [ ! -f "$model" ]; then
   "$BIN/ds4-mkmodel" --shape flash --quant q2 --vocab models/ds4-vocab.gguf --out "$model" -q
   note "mkmodel flash q2: rc $? in $(($(date +%s) - t0)) s"
 fi
+# The roofline: the model's bytes read through its mapping (32 GB of it, the second pass).
+for t in $threads; do
+  note "$("$BIN/bench_disk_read" "$model" --mode mapped --threads "$t" --bytes 32000000000 2>&1)"
+done
 
 run_ds4() {  # TAG BINDIR THREADS LENGTH [ENV...]
   local tag=$1 dir=$2 t=$3 len=$4
@@ -65,7 +71,7 @@ run_ds4() {  # TAG BINDIR THREADS LENGTH [ENV...]
   env "$@" "$dir/ds4-bench" -m "$model" --cpu -t "$t" --prompt-file bench/data/promessi_sposi.txt \
     --ctx-start "$len" --ctx-max "$len" -n "$gen" --runs 1 --csv "$OUT/$tag-$t-$len.csv" \
     >"$OUT/$tag-$t-$len.log" 2>&1
-  note "ds4 $tag -t $t ctx $len: rc $?: $(grep -o 'prefill.*' "$OUT/$tag-$t-$len.log" | tail -n 1)"
+  note "ds4 $tag -t $t ctx $len: rc $?: $(grep -o 'run 1/1.*' "$OUT/$tag-$t-$len.log" | tail -n 1)"
 }
 for len in $lengths; do
   for t in $threads; do
