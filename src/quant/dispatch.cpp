@@ -37,9 +37,10 @@ KernelTable scalar_table() {
     }};
 }
 
-// Replaces the dot products, the activation quantizers (Q8_0, Q8_K) and the Q8_0 weight
-// quantizer with one instruction set's versions; dequantizers and the K-quant / IQ2_XXS weight
-// quantizers stay scalar. Multi-row dots exist at the AVX-512 level only (set below).
+// Replaces the dot products, the activation quantizers (Q8_0, Q8_K), the Q8_0 weight quantizer
+// and the F16 dequantizer (the KV cache's rows) with one instruction set's versions; the other
+// dequantizers and the K-quant / IQ2_XXS weight quantizers stay scalar. Multi-row dots exist at the
+// AVX-512 level only (set below).
 #define DS4_SIMD_TABLE(name, ns)                                                  \
     KernelTable name##_table() {                                                  \
         KernelTable table = scalar_table();                                       \
@@ -50,6 +51,7 @@ KernelTable scalar_table() {
                     break;                                                        \
                 case GgmlType::F16:                                               \
                     k.vec_dot = ns::vec_dot_f16_f32;                              \
+                    k.dequantize_row = ns::dequantize_row_f16;                    \
                     break;                                                        \
                 case GgmlType::BF16:                                              \
                     k.vec_dot = ns::vec_dot_bf16_f32;                             \

@@ -18,7 +18,8 @@ namespace ds4::quant {
     float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x);         \
     float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x);          \
     float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x);          \
-    float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x);
+    float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x);       \
+    void dequantize_row_f16(const void *src, float *dst, int64_t n);
 
 // A multi-row dot (quant.h VecDotMultiFn): out[j * out_stride + i] = vec_dot(n, w + i * w_stride,
 // x + j * x_stride), bit for bit, each of the n_w weight rows decoded once for all m activation

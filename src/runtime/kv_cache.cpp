@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "quant/kernels_ref.h"
+#include "quant/quant.h"
 #include "runtime/state_io.h"
 
 namespace ds4::runtime {
@@ -45,8 +46,8 @@ void RowStore::truncate(size_t n) {
 
 void RowStore::get(size_t i, float *out) const {
     if (f16_) {
-        const uint16_t *src = h_.data() + i * width_;
-        for (uint32_t j = 0; j < width_; ++j) out[j] = quant::ref::f16_to_f32(src[j]);
+        // The SIMD level's exact conversion (a gathered row of attention: 512 values).
+        quant::dequantize_row(GgmlType::F16, h_.data() + i * width_, out, width_);
     } else {
         std::memcpy(out, f_.data() + i * width_, width_ * sizeof(float));
     }

@@ -8,6 +8,7 @@
 // overflow or wrap in 8- and 16-bit shortcuts.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -45,6 +46,7 @@ struct SimdKernelSet {
     VecDotFn dot_q2_K;
     VecDotFn dot_q4_K;
     VecDotFn dot_iq2_xxs;
+    DequantizeRowFn dequantize_f16;
 };
 
 #define DS4_KERNEL_SET(ns, level)                                                                  \
@@ -52,7 +54,7 @@ struct SimdKernelSet {
 #ns, level, ns::quantize_row_q8_0, ns::quantize_row_q8_0_activation,                       \
             ns::quantize_row_q8_K, ns::vec_dot_f32_f32, ns::vec_dot_f16_f32, ns::vec_dot_bf16_f32, \
             ns::vec_dot_q8_0_q8_0, ns::vec_dot_mxfp4_q8_0, ns::vec_dot_q2_K_q8_K,                  \
-            ns::vec_dot_q4_K_q8_K, ns::vec_dot_iq2_xxs_q8_K                                        \
+            ns::vec_dot_q4_K_q8_K, ns::vec_dot_iq2_xxs_q8_K, ns::dequantize_row_f16                \
     }
 const SimdKernelSet kAvx2 = DS4_KERNEL_SET(avx2, SimdLevel::AVX2);
 const SimdKernelSet kAvx512 = DS4_KERNEL_SET(avx512, SimdLevel::AVX512);
@@ -459,6 +461,41 @@ TEST_P(SimdKernels, ActivationQuantizersBitIdenticalOnSpecialBlocks) {
                               "q8_0 non-finite");
     expect_quantize_identical(k().quantize_q8_0_activation, ref::quantize_row_q8_0_activation,
                               GgmlType::Q8_0, x, "q8_0 activation non-finite");
+}
+
+// Every one of the 65,536 halves, at every offset of a SIMD register (rows of 1..40 values):
+// the reference's float bit for bit, but for the signaling NaNs, which come back quiet (still
+// NaNs of the same sign; no computed value is one).
+TEST_P(SimdKernels, F16DequantizeEqualsReferenceForEveryHalf) {
+    std::vector<uint16_t> all(65536);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+    std::vector<float> got(all.size() + 1, -1.0f), want(all.size());
+    ref::dequantize_row_f16(all.data(), want.data(), int64_t(all.size()));
+    k().dequantize_f16(all.data(), got.data(), int64_t(all.size()));
+    EXPECT_EQ(got.back(), -1.0f) << "wrote past the row";
+    int differing = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+        const bool signaling_nan =
+            (all[i] & 0x7c00) == 0x7c00 && (all[i] & 0x3ff) != 0 && (all[i] & 0x200) == 0;
+        if (signaling_nan) {
+            EXPECT_TRUE(std::isnan(got[i]) && std::signbit(got[i]) == std::signbit(want[i]))
+                << std::hex << all[i];
+        } else if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]) &&
+                   ++differing <= 5) {
+            ADD_FAILURE() << "half 0x" << std::hex << all[i] << ": " << got[i] << ", reference "
+                          << want[i];
+        }
+    }
+    EXPECT_EQ(differing, 0);
+    for (int64_t n = 1; n <= 40; ++n) {  // the tails after whole registers
+        std::vector<float> part(size_t(n) + 1, -1.0f);
+        k().dequantize_f16(all.data() + 15360, part.data(), n);  // 0x3c00 = 1.0 onward
+        for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(part[size_t(i)]),
+                      std::bit_cast<uint32_t>(want[15360 + size_t(i)]))
+                << "n " << n << " value " << i;
+        EXPECT_EQ(part.back(), -1.0f) << "n " << n << ": wrote past the row";
+    }
 }
 
 // The quantized activation and the dot product together: what a matvec does with them.
