@@ -25,6 +25,7 @@ while getopts t:c:n: o; do
   esac
 done
 BIN=${BIN:-$PWD/build/bin} BASE=${BASE:-} LLAMA_BENCH=${LLAMA_BENCH:-} LIB=${LIB:-}
+MATVEC=${MATVEC:-1}  # 0: no bench_matvec
 OUT=${OUT:-/tmp/ds4-cpu-round}
 [ -n "$LIB" ] && export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$OUT"
@@ -43,6 +44,7 @@ for t in test_quant_simd test_quant_iq2_vbmi test_cpu; do
 done
 
 for b in "$BIN" ${BASE:+"$BASE"}; do
+  [ "$MATVEC" = 0 ] && break
   tag=new
   [ "$b" = "$BASE" ] && tag=base
   DS4_BENCH_THREADS="$threads" "$b/bench_matvec" \
