@@ -250,10 +250,8 @@ float dot_f32_in_f64(int64_t n, const Weights &w, const float *x) {
         return _mm256_fmadd_pd(_mm256_cvtps_pd(w.load4(i)), _mm256_cvtps_pd(_mm_loadu_ps(x + i)),
                                acc);
     };
-    simd::StreamPrefetch prefetch(w.at(0));
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        prefetch.ahead(w.at(i));
         acc0 = fma4(i, acc0);
         acc1 = fma4(i + 4, acc1);
         acc2 = fma4(i + 8, acc2);
@@ -270,14 +268,12 @@ float dot_f32_in_f64(int64_t n, const Weights &w, const float *x) {
 
 struct F32Weights {
     const float *p;
-    const void *at(int64_t i) const { return p + i; }
     __m128 load4(int64_t i) const { return _mm_loadu_ps(p + i); }
     float one(int64_t i) const { return p[i]; }
 };
 
 struct F16Weights {
     const uint16_t *p;
-    const void *at(int64_t i) const { return p + i; }
     __m128 load4(int64_t i) const {
         return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p + i)));
     }
@@ -287,7 +283,6 @@ struct F16Weights {
 // bf16 is the top half of an f32: widen to 32 bits and shift into place.
 struct BF16Weights {
     const uint16_t *p;
-    const void *at(int64_t i) const { return p + i; }
     __m128 load4(int64_t i) const {
         const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p + i));
         return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h));
@@ -332,10 +327,8 @@ float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
     const auto *xb = static_cast<const BlockQ8_0 *>(x);
     const int64_t nb = n / kQK8_0;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    simd::StreamPrefetch prefetch(w);
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        prefetch.ahead(wb + b);
         const __m256 d0 = _mm256_set1_ps(simd::f16_to_f32(wb[b].d) * simd::f16_to_f32(xb[b].d));
         const __m256 d1 =
             _mm256_set1_ps(simd::f16_to_f32(wb[b + 1].d) * simd::f16_to_f32(xb[b + 1].d));
@@ -368,9 +361,7 @@ float vec_dot_mxfp4_q8_0(int64_t n, const void *w, const void *x) {
         const __m256i xv = load256(xb[k].qs);
         return dot_u8_s8_to_i32(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
     };
-    simd::StreamPrefetch prefetch(w);
     for (; b + 2 <= nb; b += 2) {
-        prefetch.ahead(wb + b);
         const __m256 d0 =
             _mm256_set1_ps(simd::e8m0_to_f32_half(wb[b].e) * simd::f16_to_f32(xb[b].d));
         const __m256 d1 =
@@ -404,9 +395,7 @@ float vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *x) {
     }
     __m256 acc = _mm256_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
-    simd::StreamPrefetch prefetch(w);
     for (int64_t b = 0; b < nb; ++b) {
-        prefetch.ahead(wb + b);
         const BlockQ2_K &wq = wb[b];
         const BlockQ8_K &xq = xb[b];
         const float dall = xq.d * simd::f16_to_f32(wq.d);
@@ -447,9 +436,7 @@ float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x) {
     const __m256i mask4 = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps();
     __m128 acc_min = _mm_setzero_ps();
-    simd::StreamPrefetch prefetch(w);
     for (int64_t b = 0; b < nb; ++b) {
-        prefetch.ahead(wb + b);
         const BlockQ4_K &wq = wb[b];
         const BlockQ8_K &xq = xb[b];
         const float dall = xq.d * simd::f16_to_f32(wq.d);
@@ -498,10 +485,8 @@ float vec_dot_iq2_xxs_q8_K(int64_t n, const void *w, const void *x) {
     const __m256i ones = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
     Iq2Unpacked unpacked;
-    simd::StreamPrefetch prefetch(w);
     for (int64_t first = 0; first < nb; first += kIq2Chunk) {
         const int count = static_cast<int>(nb - first < kIq2Chunk ? nb - first : kIq2Chunk);
-        prefetch.ahead(wb + first + count);
         iq2_xxs_unpack(wb + first, count, unpacked);
         for (int i = 0; i < count; ++i) {
             const BlockIQ2_XXS &wq = wb[first + i];
