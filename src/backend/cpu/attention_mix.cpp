@@ -5,8 +5,12 @@
 
 namespace ds4::backend::cpu {
 
-void attention_mix_head(float *sc, size_t n_rows, float scale, float sink, const float *rows,
-                        uint32_t D, float *oh) {
+// The weighted sum runs across d in the widest registers the CPU has (one clone per
+// instruction set, chosen at load time); each output value's products and sums are the same
+// two roundings in row order whatever the width (no contraction into fused multiply-adds: the
+// file is built with -ffp-contract=off), so every clone gives the same bits.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void attention_mix_head(
+    float *sc, size_t n_rows, float scale, float sink, const float *rows, uint32_t D, float *oh) {
     float mx = sink;
     for (size_t j = 0; j < n_rows; ++j) {
         sc[j] *= scale;
