@@ -12,7 +12,7 @@
 
 namespace ds4::runtime {
 
-Routing route(ForwardContext &ctx, uint32_t il, const float *logits, int32_t token) {
+Routing route(ForwardContext &ctx, uint32_t il, const float *logits, int32_t token, bool on_pool) {
     const model::HParams &hp = ctx.hp;
     const model::LayerWeights &L = ctx.w.layers[il];
     const int32_t *hash_ids = nullptr;
@@ -35,7 +35,17 @@ Routing route(ForwardContext &ctx, uint32_t il, const float *logits, int32_t tok
     Routing r;
     r.experts.resize(hp.n_expert_used);
     r.weights.resize(hp.n_expert_used);
-    backend::cpu::route_experts(logits, params, hash_ids, r.experts.data(), r.weights.data());
+    if (!on_pool) {
+        backend::cpu::route_experts(logits, params, hash_ids, r.experts.data(), r.weights.data());
+        return r;
+    }
+    // The experts' probabilities in ranges on the pool, each the serial one.
+    std::vector<float> prob(hp.n_expert);
+    ctx.pool.parallel_for(hp.n_expert, 32, [&](int64_t e0, int64_t e1, int) {
+        backend::cpu::router_probs(logits, uint32_t(e0), uint32_t(e1), prob.data());
+    });
+    backend::cpu::route_from_probs(prob.data(), params, hash_ids, r.experts.data(),
+                                   r.weights.data());
     return r;
 }
 
@@ -163,7 +173,14 @@ void moe_routed_cpu(ForwardContext &ctx, uint32_t il, const float *XN, const flo
 
     CpuScope scope(ctx.profile, "moe route + input");
     std::vector<Routing> routes(n);
-    for (int64_t t = 0; t < n; ++t) routes[t] = route(ctx, il, logits + t * hp.n_expert, tokens[t]);
+    // One token: its experts' probabilities on the pool; several: the tokens on the pool.
+    if (n == 1)
+        routes[0] = route(ctx, il, logits, tokens[0], true);
+    else
+        ctx.pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1, int) {
+            for (int64_t t = t0; t < t1; ++t)
+                routes[t] = route(ctx, il, logits + t * hp.n_expert, tokens[t], false);
+        });
 
     // Group (token, slot) pairs by expert; every expert's output goes to its own slot so the
     // per-token sum below runs in selection order whatever the grouping.

@@ -17,8 +17,9 @@ struct Routing {
     std::vector<float> weights;     // normalised and scaled
 };
 
-// Router decision of layer il for one token from its router logits (n_expert floats).
-Routing route(ForwardContext &ctx, uint32_t il, const float *logits, int32_t token);
+// Router decision of layer il for one token from its router logits (n_expert floats), with the
+// experts' probabilities computed on ctx.pool when on_pool (not from inside a pool task).
+Routing route(ForwardContext &ctx, uint32_t il, const float *logits, int32_t token, bool on_pool);
 
 // slot_out: n x n_expert_used x n_embd.
 void moe_routed_cpu(ForwardContext &ctx, uint32_t il, const float *XN, const float *logits,

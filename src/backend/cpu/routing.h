@@ -21,4 +21,11 @@ struct RouteParams {
 void route_experts(const float *logits, const RouteParams &p, const int32_t *hash_ids,
                    uint32_t *experts, float *weights);
 
+// The two halves of route_experts, for a caller that spreads the first over threads (a decode
+// step's 256 experts: an exp, a log1p and a sqrt each, ~0.1 us): prob[e] = sqrt(softplus(
+// logit_e)) for e in [e0, e1), then the selection and weights from all n_expert probs.
+void router_probs(const float *logits, uint32_t e0, uint32_t e1, float *prob);
+void route_from_probs(const float *prob, const RouteParams &p, const int32_t *hash_ids,
+                      uint32_t *experts, float *weights);
+
 }  // namespace ds4::backend::cpu
