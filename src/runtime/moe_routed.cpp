@@ -108,16 +108,33 @@ void experts_in_three_loops(ForwardContext &ctx, uint32_t il, const std::vector<
         first[i + 1] = first[i] + int64_t(users[selected[i]].size());
     const int64_t P = first.back();
     const bool one_token = XQ.m == 1 && P == int64_t(selected.size());
+    // Row p's token, route weight and output slot row (token x K + slot).
+    std::vector<int64_t> token(static_cast<size_t>(P));
+    std::vector<float> route_weight(static_cast<size_t>(P));
+    std::vector<size_t> out_row(static_cast<size_t>(P));
+    for (size_t i = 0; i < selected.size(); ++i)
+        for (size_t j = 0; j < users[selected[i]].size(); ++j) {
+            const auto &[t, slot] = users[selected[i]][j];
+            const size_t p = size_t(first[i]) + j;
+            token[p] = t;
+            route_weight[p] = routes[size_t(t)].weights[slot];
+            out_row[p] = size_t(t) * K + slot;
+        }
+    // The per-row steps below run on the pool, 8 rows a task (a prefill chunk has ~1,500).
+    auto rows_on_pool = [&](auto &&row) {
+        ctx.pool.parallel_for(P, 8, [&](int64_t p0, int64_t p1, int) {
+            for (int64_t p = p0; p < p1; ++p) row(size_t(p));
+        });
+    };
     backend::cpu::ActivationRows gathered = XQ;
     if (!one_token) {
         gathered.m = P;
         auto *rows = static_cast<uint8_t *>(ctx.expert_rows.reserve(XQ.row_stride * size_t(P)));
         const auto *src = static_cast<const uint8_t *>(XQ.data);
-        for (size_t i = 0; i < selected.size(); ++i)
-            for (size_t j = 0; j < users[selected[i]].size(); ++j)
-                std::memcpy(rows + size_t(first[i] + int64_t(j)) * XQ.row_stride,
-                            src + size_t(users[selected[i]][j].first) * XQ.row_stride,
-                            XQ.row_stride);
+        rows_on_pool([&](size_t p) {
+            std::memcpy(rows + p * XQ.row_stride, src + size_t(token[p]) * XQ.row_stride,
+                        XQ.row_stride);
+        });
         gathered.data = rows;
     }
     std::vector<experts::ExpertBytes> bytes;
@@ -135,18 +152,10 @@ void experts_in_three_loops(ForwardContext &ctx, uint32_t il, const std::vector<
     // ds4 scales W2's input by the route weight; llama.cpp scales its output (the same in exact
     // arithmetic, but W2's Q8_0 activation rounding differs).
     const bool weight_after_down = ctx.opts.llama_cpp_rounding;
-    std::vector<float> route_weight(static_cast<size_t>(P));
-    std::vector<size_t> out_row(static_cast<size_t>(P));
-    for (size_t i = 0; i < selected.size(); ++i)
-        for (size_t j = 0; j < users[selected[i]].size(); ++j) {
-            const auto &[t, slot] = users[selected[i]][j];
-            const size_t p = size_t(first[i]) + j;
-            route_weight[p] = routes[size_t(t)].weights[slot];
-            out_row[p] = size_t(t) * K + slot;
-        }
-    for (int64_t p = 0; p < P; ++p)
-        backend::cpu::swiglu_clamped(&G[size_t(p) * F], &U[size_t(p) * F], F, hp.swiglu_clamp[il],
-                                     weight_after_down ? 1.0f : route_weight[size_t(p)]);
+    rows_on_pool([&](size_t p) {
+        backend::cpu::swiglu_clamped(&G[p * F], &U[p * F], F, hp.swiglu_clamp[il],
+                                     weight_after_down ? 1.0f : route_weight[p]);
+    });
     const backend::cpu::ActivationRows DQ = ctx.quantize(type_d, G.data(), P, F, ctx.scratch);
     products.clear();
     for (size_t i = 0; i < selected.size(); ++i)
@@ -154,11 +163,11 @@ void experts_in_three_loops(ForwardContext &ctx, uint32_t il, const std::vector<
                             activation_rows(DQ, first[i], first[i + 1] - first[i]),
                             &D[size_t(first[i]) * E]});
     backend::cpu::matmul_many(ctx.pool, products);
-    for (int64_t p = 0; p < P; ++p) {
-        float *out = slot_out + out_row[size_t(p)] * E;
-        const float w = weight_after_down ? route_weight[size_t(p)] : 1.0f;
-        for (uint32_t d = 0; d < E; ++d) out[d] = D[size_t(p) * E + d] * w;
-    }
+    rows_on_pool([&](size_t p) {
+        float *out = slot_out + out_row[p] * E;
+        const float w = weight_after_down ? route_weight[p] : 1.0f;
+        for (uint32_t d = 0; d < E; ++d) out[d] = D[p * E + d] * w;
+    });
 }
 
 }  // namespace
