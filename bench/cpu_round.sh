@@ -48,7 +48,7 @@ for b in "$BIN" ${BASE:+"$BASE"}; do
   tag=new
   [ "$b" = "$BASE" ] && tag=base
   DS4_BENCH_THREADS="$threads" "$b/bench_matvec" \
-    --benchmark_filter="read_bandwidth/($threads|1)/|matvec/(Q8_0|IQ2_XXS|Q2_K|F16)/($threads|1)/" \
+    --benchmark_filter="read_bandwidth/(${threads// /|}|1)/|matvec/(Q8_0|IQ2_XXS|Q2_K|F16)/(${threads// /|}|1)/" \
     --benchmark_min_time=0.2 >"$OUT/matvec-$tag.txt" 2>&1
   note "bench_matvec $tag: rc $?"
   grep -E '^(read|matvec)' "$OUT/matvec-$tag.txt" |

@@ -47,11 +47,18 @@ int mapped_read(const Args &a) {
     struct stat st {};
     if (fd < 0 || ::fstat(fd, &st) != 0) {
         std::fprintf(stderr, "bench_disk_read: %s: %s\n", a.path.c_str(), std::strerror(errno));
+        if (fd >= 0) ::close(fd);
         return 1;
     }
     const uint64_t bytes =
         std::min<uint64_t>(uint64_t(st.st_size), a.max_bytes) / a.block * a.block;
-    void *map = bytes ? ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (bytes == 0) {
+        std::fprintf(stderr, "bench_disk_read: %s is smaller than one block (%llu bytes)\n",
+                     a.path.c_str(), (unsigned long long)a.block);
+        ::close(fd);
+        return 1;
+    }
+    void *map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
     ::close(fd);
     if (map == MAP_FAILED) {
         std::fprintf(stderr, "bench_disk_read: cannot map %s\n", a.path.c_str());

@@ -47,8 +47,11 @@ struct ForwardContext {
                                           backend::cpu::ScratchBuffer &buffer);
     void matmul(GgmlType type, const void *w, int64_t n_rows, const backend::cpu::ActivationRows &x,
                 float *Y);
-    // Scratch of the routed experts' shared input: all tokens, and one expert's rows of them.
+    // Scratch of the routed experts' shared input: all tokens, and one expert's rows of them;
+    // and of a batch's gate, up and down outputs (a prefill chunk's are ~50 MB together: reused,
+    // not cleared, from one step to the next).
     backend::cpu::ScratchBuffer expert_input, expert_rows;
+    backend::cpu::ScratchBuffer expert_gate, expert_up, expert_down;
 };
 
 }  // namespace ds4::runtime

@@ -139,7 +139,10 @@ void experts_in_three_loops(ForwardContext &ctx, uint32_t il, const std::vector<
     }
     std::vector<experts::ExpertBytes> bytes;
     for (uint32_t e : selected) bytes.push_back(ctx.experts.get(il, e));
-    std::vector<float> G(size_t(P) * F), U(size_t(P) * F), D(size_t(P) * E);
+    // Every element of G, U and D is written by a product below before it is read.
+    auto *G = static_cast<float *>(ctx.expert_gate.reserve(sizeof(float) * size_t(P) * F));
+    auto *U = static_cast<float *>(ctx.expert_up.reserve(sizeof(float) * size_t(P) * F));
+    auto *D = static_cast<float *>(ctx.expert_down.reserve(sizeof(float) * size_t(P) * E));
     std::vector<backend::cpu::MatrixProduct> products;
     for (size_t i = 0; i < selected.size(); ++i) {
         const int64_t m = first[i + 1] - first[i];
@@ -156,7 +159,7 @@ void experts_in_three_loops(ForwardContext &ctx, uint32_t il, const std::vector<
         backend::cpu::swiglu_clamped(&G[p * F], &U[p * F], F, hp.swiglu_clamp[il],
                                      weight_after_down ? 1.0f : route_weight[p]);
     });
-    const backend::cpu::ActivationRows DQ = ctx.quantize(type_d, G.data(), P, F, ctx.scratch);
+    const backend::cpu::ActivationRows DQ = ctx.quantize(type_d, G, P, F, ctx.scratch);
     products.clear();
     for (size_t i = 0; i < selected.size(); ++i)
         products.push_back({dense_matrix(type_d, bytes[i].down, E, F),

@@ -3,14 +3,28 @@
 #include <algorithm>
 #include <cmath>
 
-namespace ds4::backend::cpu {
-
 // The weighted sum runs across d in the widest registers the CPU has (one clone per
 // instruction set, chosen at load time); each output value's products and sums are the same
 // two roundings in row order whatever the width (no contraction into fused multiply-adds: the
-// file is built with -ffp-contract=off), so every clone gives the same bits.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void attention_mix_head(
-    float *sc, size_t n_rows, float scale, float sink, const float *rows, uint32_t D, float *oh) {
+// file is built with -ffp-contract=off), so every clone gives the same bits. Not under
+// AddressSanitizer: a clone's resolver runs while the program is relocated, before the
+// sanitizer's shadow memory exists, and its instrumented read of the CPU model would crash
+// (google/sanitizers#342); that build keeps the baseline code, with the same bits.
+#if defined(__SANITIZE_ADDRESS__)
+#define DS4_MIX_CLONES
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DS4_MIX_CLONES
+#endif
+#endif
+#ifndef DS4_MIX_CLONES
+#define DS4_MIX_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
+namespace ds4::backend::cpu {
+
+DS4_MIX_CLONES void attention_mix_head(float *sc, size_t n_rows, float scale, float sink,
+                                       const float *rows, uint32_t D, float *oh) {
     float mx = sink;
     for (size_t j = 0; j < n_rows; ++j) {
         sc[j] *= scale;
