@@ -116,15 +116,9 @@ void CpuOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix, 
 void CpuOps::hc_post(const float *mix, const float *y, int64_t m, float *X) {
     const CpuScope scope(ctx_.profile, "hc_post");
     const uint32_t n = ctx_.hp.n_hc, E = ctx_.hp.n_embd, n_mix = ctx_.hp.n_hc_mix();
-    // Tokens x column ranges on the pool; each column's update is hc_post's.
-    const int64_t ranges = (E + kHcGrain - 1) / kHcGrain;
-    ctx_.pool.parallel_for(m * ranges, 1, [&](int64_t i0, int64_t i1, int) {
-        for (int64_t i = i0; i < i1; ++i) {
-            const int64_t t = i / ranges, d0 = i % ranges * kHcGrain;
-            runtime::hc_post_range(mix + t * n_mix, n, y + t * E, E, uint32_t(d0),
-                                   uint32_t(std::min<int64_t>(E, d0 + kHcGrain)),
-                                   X + t * size_t(n) * E);
-        }
+    // Each column's update is hc_post's.
+    for_token_columns(ctx_.pool, m, E, [&](int64_t t, uint32_t d0, uint32_t d1) {
+        runtime::hc_post_range(mix + t * n_mix, n, y + t * E, E, d0, d1, X + t * size_t(n) * E);
     });
 }
 

@@ -108,16 +108,10 @@ void hc_pre(ForwardContext &ctx, const HcWeights &hc, const float *X, int64_t m,
         pack_mix(one, mix + t * n_mix);
         std::copy(one.pre.begin(), one.pre.end(), pre.begin() + t * n);
     }
-    // Every token's columns in one loop on the pool (a task never spans two tokens); each
-    // output's sum runs over the streams in order whatever the split.
-    const int64_t ranges = (int64_t(E) + kHcGrain - 1) / kHcGrain;
-    ctx.pool.parallel_for(m * ranges, 1, [&](int64_t i0, int64_t i1, int) {
-        for (int64_t i = i0; i < i1; ++i) {
-            const int64_t t = i / ranges, d0 = (i % ranges) * kHcGrain;
-            const int64_t d1 = std::min<int64_t>(E, d0 + kHcGrain);
-            hc_combine_range(pre.data() + t * n, X + size_t(t) * n * E, n, E, uint32_t(d0),
-                             uint32_t(d1), x_in + size_t(t) * E);
-        }
+    // Each output's sum runs over the streams in order whatever the split.
+    for_token_columns(ctx.pool, m, E, [&](int64_t t, uint32_t d0, uint32_t d1) {
+        hc_combine_range(pre.data() + t * n, X + size_t(t) * n * E, n, E, d0, d1,
+                         x_in + size_t(t) * E);
     });
 }
 

@@ -2,6 +2,8 @@
 // Manifold-constrained hyper-connections (docs/MODEL.md 4.2): each sublayer reads a weighted sum of
 // the n_hc residual streams and writes its output back into all of them through a doubly
 // stochastic (Sinkhorn-normalised) mixing matrix.
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "runtime/cpu_context.h"
@@ -27,6 +29,18 @@ void hc_post_range(const float *mix, uint32_t n_hc, const float *y, uint32_t n_e
                    uint32_t d1, float *X);
 // Columns per task when the CPU backend runs hc_post and hc_combine on the pool.
 constexpr int64_t kHcGrain = 512;
+// fn(t, d0, d1) over columns [d0, d1) of each of m tokens' n_embd columns, kHcGrain columns a
+// task, all tokens in one loop on the pool (a task never spans two tokens).
+template <class Fn>
+void for_token_columns(backend::cpu::ThreadPool &pool, int64_t m, uint32_t n_embd, Fn &&fn) {
+    const int64_t ranges = (int64_t(n_embd) + kHcGrain - 1) / kHcGrain;
+    pool.parallel_for(m * ranges, 1, [&](int64_t i0, int64_t i1, int) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t t = i / ranges, d0 = i % ranges * kHcGrain;
+            fn(t, uint32_t(d0), uint32_t(std::min<int64_t>(n_embd, d0 + kHcGrain)));
+        }
+    });
+}
 // The output head's reduction of one token's streams to one vector (n_embd floats).
 void hc_head(ForwardContext &ctx, const float *X, float *out);
 // The output head's stream weights from its n mixer outputs: sigmoid(m[h] scale + base[h]) + eps.

@@ -102,12 +102,11 @@ void experts_in_three_loops(ForwardContext &ctx, uint32_t il, const std::vector<
     const auto type_gu = L.ffn_gate_exps->type, type_d = L.ffn_down_exps->type;
     // Expert e's (token, slot) pairs are rows [first[i], first[i] + users[e].size()) of G, U,
     // the down inputs and D, for e = selected[i]; their gate and up inputs the same rows of
-    // `gathered` (or XQ itself for a decode step whose experts are all distinct).
+    // `gathered`.
     std::vector<int64_t> first(selected.size() + 1, 0);
     for (size_t i = 0; i < selected.size(); ++i)
         first[i + 1] = first[i] + int64_t(users[selected[i]].size());
     const int64_t P = first.back();
-    const bool one_token = XQ.m == 1 && P == int64_t(selected.size());
     // Row p's token, route weight and output slot row (token x K + slot).
     std::vector<int64_t> token(static_cast<size_t>(P));
     std::vector<float> route_weight(static_cast<size_t>(P));
@@ -127,16 +126,14 @@ void experts_in_three_loops(ForwardContext &ctx, uint32_t il, const std::vector<
         });
     };
     backend::cpu::ActivationRows gathered = XQ;
-    if (!one_token) {
-        gathered.m = P;
-        auto *rows = static_cast<uint8_t *>(ctx.expert_rows.reserve(XQ.row_stride * size_t(P)));
-        const auto *src = static_cast<const uint8_t *>(XQ.data);
-        rows_on_pool([&](size_t p) {
-            std::memcpy(rows + p * XQ.row_stride, src + size_t(token[p]) * XQ.row_stride,
-                        XQ.row_stride);
-        });
-        gathered.data = rows;
-    }
+    gathered.m = P;
+    auto *rows = static_cast<uint8_t *>(ctx.expert_rows.reserve(XQ.row_stride * size_t(P)));
+    const auto *src = static_cast<const uint8_t *>(XQ.data);
+    rows_on_pool([&](size_t p) {
+        std::memcpy(rows + p * XQ.row_stride, src + size_t(token[p]) * XQ.row_stride,
+                    XQ.row_stride);
+    });
+    gathered.data = rows;
     std::vector<experts::ExpertBytes> bytes;
     for (uint32_t e : selected) bytes.push_back(ctx.experts.get(il, e));
     // Every element of G, U and D is written by a product below before it is read.
@@ -146,8 +143,7 @@ void experts_in_three_loops(ForwardContext &ctx, uint32_t il, const std::vector<
     std::vector<backend::cpu::MatrixProduct> products;
     for (size_t i = 0; i < selected.size(); ++i) {
         const int64_t m = first[i + 1] - first[i];
-        const backend::cpu::ActivationRows X =
-            one_token ? XQ : activation_rows(gathered, first[i], m);
+        const backend::cpu::ActivationRows X = activation_rows(gathered, first[i], m);
         products.push_back({dense_matrix(type_gu, bytes[i].gate, F, E), X, &G[first[i] * F]});
         products.push_back({dense_matrix(type_gu, bytes[i].up, F, E), X, &U[first[i] * F]});
     }
