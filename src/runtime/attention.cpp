@@ -18,6 +18,9 @@ void attention_sublayer(Ops &ops, const model::HParams &hp, const model::LayerWe
     ops.linear(L.attn_q_a, XN, QA, n);
     ops.linear(L.attn_kv, XN, KV, n);
     AttentionInputs in{.q = Q, .kv = KV};
+    // The compressors' and the indexer's products of XN are a branch beside the queries'
+    // chain (q_a, its norm, q_b): the attention core is the first to read them.
+    ops.begin_branch();
     // The compressors' value and score rows (docs/MODEL.md 4.4).
     auto project = [&](model::Tensor kv, model::Tensor gate, const float *&K, const float *&S) {
         const int64_t width = static_cast<int64_t>(kv->ne[1]);
@@ -42,9 +45,11 @@ void attention_sublayer(Ops &ops, const model::HParams &hp, const model::LayerWe
             ops.linear(L.idx_proj, XN, in.idx_w, n);
         }
     }
+    ops.end_branch();
     ops.rms_norm(QA, L.attn_q_a_norm, QR, n, QL);
     ops.linear(L.attn_q_b, QR, Q, n);
     if (queries) ops.linear(L.idx_q_b, QR, in.idx_q, n);
+    ops.join_branch();
 
     float *O = ops.buffer(n * H * D);
     ops.attention_core(il, in, n, O);

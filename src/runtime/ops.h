@@ -99,6 +99,16 @@ class Ops {
     // Copies n floats of a buffer to host memory (waits for the work that writes them).
     virtual void read(const float *x, size_t n, float *host) = 0;
 
+    // Independent work, stated by the model order (a backend may run it beside the main line;
+    // the defaults run every operation in order, as the CPU does): the operations between
+    // begin_branch() and end_branch() read only what was written before begin_branch(), and
+    // the operations after end_branch() neither read nor write what the branch writes, nor
+    // write what it reads, until join_branch(). One branch at a time, ended and joined within
+    // the sublayer that began it.
+    virtual void begin_branch() {}
+    virtual void end_branch() {}
+    virtual void join_branch() {}
+
     virtual std::shared_ptr<const BackendState> save() const = 0;
     virtual void restore(const BackendState &state) = 0;
     // A rewind point (Session::rewind): the attention state but the compressed and indexer rows.

@@ -29,7 +29,9 @@ constexpr size_t kAlign = 64;      // floats: every buffer starts 256-byte align
 constexpr uint64_t kLinearOp = 2;  // linear's id in the step hash (replaying)
 constexpr uint64_t kLinearGroupsOp = 3;
 constexpr uint64_t kHcPostOp = 6;
+constexpr uint64_t kAttentionCoreOp = 8;
 constexpr uint64_t kMoeRoutedOp = 9;  // moe_routed's
+constexpr uint64_t kBranchOp = 13;    // begin_branch, end_branch, join_branch
 
 size_t align_up(size_t n) {
     return (n + kAlign - 1) / kAlign * kAlign;
@@ -98,8 +100,12 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
         throw Error(fmt::format(
             "CUDA backend: a prefill chunk of {} tokens; the CUDA backend takes 1 to 65535",
             max_batch));
-    DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+    DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
+    s_ = main_;
     DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&branch_, cudaStreamNonBlocking));
+    DS4_CUDA_CHECK(cudaEventCreateWithFlags(&branch_start_, cudaEventDisableTiming));
+    DS4_CUDA_CHECK(cudaEventCreateWithFlags(&branch_end_, cudaEventDisableTiming));
     DS4_CUDA_CHECK(cudaEventCreateWithFlags(&mix_ready_, cudaEventDisableTiming));
     DS4_CUDA_CHECK(cudaEventCreateWithFlags(&comb_ready_, cudaEventDisableTiming));
     const model::HParams &hp = hp_;
@@ -145,6 +151,10 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     if (profile_.on()) use_graphs_ = false;  // events time launched kernels, not a graph's
     if (const char *f = std::getenv("DS4_CUDA_SIDE_STREAM"); f && std::string(f) == "0")
         use_side_stream_ = false;
+    // The profile's events time one stream.
+    if (const char *f = std::getenv("DS4_CUDA_BRANCHES");
+        (f && std::string(f) == "0") || profile_.on())
+        use_branches_ = false;
     // The profile times each product on its own.
     if (const char *f = std::getenv("DS4_CUDA_DEFER");
         (f && std::string(f) == "0") || profile_.on())
@@ -173,22 +183,26 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     // or the grouped output's whole input (linear_groups quantizes its groups' slices at once).
     const size_t K = hp.n_expert_used, F = hp.n_ff_exp;
     const size_t act = std::max({size_t(m_.max_k()), K * F, size_t(hp.n_head) * hp.head_dim});
-    xq_ = device_array<int8_t>(act);
-    xd_ = device_array<float>(act / 32 + 1);
+    // The main line's and a branch's (begin_branch): each its own, so that the two never share
+    // a buffer while they run side by side.
+    for (TokenScratch &t : scratch_) {
+        t.xq = device_array<int8_t>(act);
+        t.xd = device_array<float>(act / 32 + 1);
+        t.q8k_q = device_array<int8_t>(act);
+        t.q8k_d = device_array<float>(act / 256 + 1);
+        t.q8k_bsums = device_array<int16_t>(act / 16 + 1);
+        t.floats = cuda::DeviceBuffer(std::max<size_t>(m_.float_scratch_bytes(), 16));
+        // A group of products needs at most each one's scratch (float_matvec_many_scratch_bytes).
+        t.floats_many = cuda::DeviceBuffer(t.floats.bytes() * cuda::kMaxFloatProducts);
+        // The split products' arrival counters start at zero (float_matvec.h).
+        DS4_CUDA_CHECK(cudaMemset(t.floats.get(), 0, t.floats.bytes()));
+        DS4_CUDA_CHECK(cudaMemset(t.floats_many.get(), 0, t.floats_many.bytes()));
+    }
     // A batch's Q8_0 activations (batched products: linear with several tokens, the grouped
     // output projection's whole rows of n_head * head_dim values included).
     xq_batch_ = device_array<int8_t>(size_t(max_batch) * act);
     xd_batch_ = device_array<float>(size_t(max_batch) * act / 32 + 1);
-    q8k_q_ = device_array<int8_t>(act);
-    q8k_d_ = device_array<float>(act / 256 + 1);
-    q8k_bsums_ = device_array<int16_t>(act / 16 + 1);
-    float_scratch_ = cuda::DeviceBuffer(std::max<size_t>(m_.float_scratch_bytes(), 16));
-    // A group of products needs at most each one's scratch (float_matvec_many_scratch_bytes).
-    float_many_scratch_ = cuda::DeviceBuffer(float_scratch_.bytes() * cuda::kMaxFloatProducts);
     pending_.reserve(cuda::kMaxFloatProducts);
-    // The split products' arrival counters start at zero (float_matvec.h).
-    DS4_CUDA_CHECK(cudaMemset(float_scratch_.get(), 0, float_scratch_.bytes()));
-    DS4_CUDA_CHECK(cudaMemset(float_many_scratch_.get(), 0, float_many_scratch_.bytes()));
     flat_ = device_array<float>(size_t(hp.n_hc) * hp.n_embd);
     mixes_ = device_array<float>(hp.n_hc_mix());
     head_w_ = device_array<float>(hp.n_hc);
@@ -244,7 +258,10 @@ CudaOps::~CudaOps() {
     if (mix_ready_) cudaEventDestroy(mix_ready_);
     if (comb_ready_) cudaEventDestroy(comb_ready_);
     if (side_) cudaStreamDestroy(side_);
-    if (s_) cudaStreamDestroy(s_);
+    if (branch_start_) cudaEventDestroy(branch_start_);
+    if (branch_end_) cudaEventDestroy(branch_end_);
+    if (branch_) cudaStreamDestroy(branch_);
+    if (main_) cudaStreamDestroy(main_);
 }
 
 void CudaOps::join_side_stream() {
@@ -255,6 +272,11 @@ void CudaOps::join_side_stream() {
 
 void CudaOps::abort_step() {
     // A capture's forked work must be joined before the capture can end.
+    if (in_branch_) (void)cudaEventRecord(branch_end_, branch_);
+    s_ = main_;
+    sc_ = &scratch_[0];
+    if (branch_open_) (void)cudaStreamWaitEvent(main_, branch_end_, 0);
+    in_branch_ = branch_open_ = join_pending_ = false;
     if (comb_pending_) {
         comb_pending_ = false;
         (void)cudaStreamWaitEvent(s_, comb_ready_, 0);
@@ -262,9 +284,66 @@ void CudaOps::abort_step() {
     graph_.abort(s_);
 }
 
+bool CudaOps::branches() const {
+    return use_branches_ && batch_ == 1;
+}
+
+void CudaOps::hash_op(uint64_t op, std::initializer_list<uint64_t> args) {
+    // FNV-1a over the operation and its arguments (layer ids, sizes, buffer addresses).
+    auto mix = [&](uint64_t v) {
+        for (int i = 0; i < 8; ++i)
+            step_hash_ = (step_hash_ ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+    };
+    mix(op);
+    for (uint64_t a : args) mix(a);
+}
+
+void CudaOps::begin_branch() {
+    if (!branches()) return;
+    hash_op(kBranchOp, {0});
+    if (replay_) return;
+    if (in_branch_ || branch_open_) throw Error("CUDA backend: a branch inside a branch");
+    // The pending work is the main line's (the branch reads what it writes).
+    flush_float_products();
+    flush_moe_sum();
+    DS4_CUDA_CHECK(cudaEventRecord(branch_start_, main_));
+    DS4_CUDA_CHECK(cudaStreamWaitEvent(branch_, branch_start_, 0));
+    s_ = branch_;
+    sc_ = &scratch_[1];
+    sc_->quantized = {};  // what it held is from an earlier step or sublayer
+    in_branch_ = branch_open_ = true;
+}
+
+void CudaOps::end_branch() {
+    if (!branches()) return;
+    hash_op(kBranchOp, {1});
+    if (replay_) return;
+    if (!in_branch_) throw Error("CUDA backend: end_branch without begin_branch");
+    flush_float_products();
+    flush_moe_sum();
+    DS4_CUDA_CHECK(cudaEventRecord(branch_end_, branch_));
+    s_ = main_;
+    sc_ = &scratch_[0];
+    in_branch_ = false;
+}
+
+void CudaOps::join_branch() {
+    if (!branches()) return;
+    hash_op(kBranchOp, {2});
+    if (replay_) return;
+    if (in_branch_ || !branch_open_) throw Error("CUDA backend: join_branch without a branch");
+    join_pending_ = true;  // settled by the next operation (attention_core: after its compressors)
+}
+
+void CudaOps::settle_branch() {
+    if (!join_pending_) return;
+    join_pending_ = branch_open_ = false;
+    DS4_CUDA_CHECK(cudaStreamWaitEvent(main_, branch_end_, 0));
+}
+
 void CudaOps::begin_batch(std::span<const int32_t> tokens) {
     abort_step();  // a capture an exception left open
-    quantized_q8_0_ = {};
+    sc_->quantized = {};
     if (tokens.size() > max_batch_)
         throw Error(fmt::format("CUDA backend: a batch of {} tokens exceeds the session's {}",
                                 tokens.size(), max_batch_));
@@ -310,13 +389,10 @@ void CudaOps::begin_batch(std::span<const int32_t> tokens) {
 }
 
 bool CudaOps::replaying(uint64_t op, std::initializer_list<uint64_t> args) {
-    // FNV-1a over the operation and its arguments (layer ids, sizes, buffer addresses).
-    auto mix = [&](uint64_t v) {
-        for (int i = 0; i < 8; ++i)
-            step_hash_ = (step_hash_ ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ull;
-    };
-    mix(op);
-    for (uint64_t a : args) mix(a);
+    hash_op(op, args);
+    // A joined branch is waited for here, but by the attention core, which first adds its
+    // compressors to the branch.
+    if (op != kAttentionCoreOp) settle_branch();
     // Every other operation may read a pending product's output (linear checks its own input),
     // or the pending MoE sum's (hc_post checks it).
     if (op != kLinearOp) flush_float_products();
@@ -324,7 +400,7 @@ bool CudaOps::replaying(uint64_t op, std::initializer_list<uint64_t> args) {
     // linear_groups and moe_routed write only their outputs (checked there) and keep the
     // quantization of their input (attend leaves O quantized for linear_groups; the shared
     // expert's gate and up quantize the XN of moe_routed).
-    if (op != kLinearOp && op != kLinearGroupsOp && op != kMoeRoutedOp) quantized_q8_0_ = {};
+    if (op != kLinearOp && op != kLinearGroupsOp && op != kMoeRoutedOp) sc_->quantized = {};
     return replay_;
 }
 
@@ -341,6 +417,7 @@ float *CudaOps::buffer(size_t n) {
 void CudaOps::end_batch() {
     flush_float_products();
     flush_moe_sum();
+    settle_branch();
     n_past_ += batch_;
 }
 
@@ -362,13 +439,13 @@ const int64_t *CudaOps::ratio_word(int64_t t, uint32_t ratio, size_t offset) con
 }
 
 cuda::Q8_KActivation CudaOps::q8k_scratch() const {
-    return {q8k_q_.as<int8_t>(), q8k_d_.as<float>(), q8k_bsums_.as<int16_t>()};
+    return {sc_->q8k_q.as<int8_t>(), sc_->q8k_d.as<float>(), sc_->q8k_bsums.as<int16_t>()};
 }
 
 cuda::Q8_KActivation CudaOps::quantize_q8_k(const float *x, int64_t n) {
-    if (size_t(n) > q8k_q_.bytes())
+    if (size_t(n) > sc_->q8k_q.bytes())
         throw Error(fmt::format("CUDA backend: {} activations exceed the scratch of {}", n,
-                                q8k_q_.bytes()));
+                                sc_->q8k_q.bytes()));
     const cuda::Q8_KActivation a = q8k_scratch();
     cuda::quantize_q8_K_activation(x, n, a, s_);
     return a;
@@ -385,12 +462,12 @@ cuda::Q8_KActivation CudaOps::quantize_q8_k_batch(const float *x, int64_t n) {
 }
 
 void CudaOps::quantize_q8_0(const float *x, int64_t n) {
-    if (quantized_q8_0_.x == x && quantized_q8_0_.n == n) return;
-    if (size_t(n) > xq_.bytes())
+    if (sc_->quantized.x == x && sc_->quantized.n == n) return;
+    if (size_t(n) > sc_->xq.bytes())
         throw Error(
-            fmt::format("CUDA backend: {} activations exceed the scratch of {}", n, xq_.bytes()));
-    cuda::quantize_q8_0_activation(x, n, xq_.as<int8_t>(), xd_.as<float>(), s_);
-    quantized_q8_0_ = {x, n};
+            fmt::format("CUDA backend: {} activations exceed the scratch of {}", n, sc_->xq.bytes()));
+    cuda::quantize_q8_0_activation(x, n, sc_->xq.as<int8_t>(), sc_->xd.as<float>(), s_);
+    sc_->quantized = {x, n};
 }
 
 void CudaOps::quantize_q8_0_batch(const float *X, int64_t m, int64_t width) {
@@ -416,22 +493,22 @@ void CudaOps::experts_matvec(const DeviceMatrix &w, const int32_t *ids, int n_id
             cuda::matvec_q4_K(w.q4_k->experts(), ids, n_ids, a, y, s_, x_per_slot);
     } else if (w.q8_0) {
         if (!x_quantized) quantize_q8_0(x, n);
-        cuda::matvec_q8_0_experts(w.q8_0->matrix(), w.n_experts, ids, n_ids, xq_.as<int8_t>(),
-                                  xd_.as<float>(), x_per_slot, y, s_);
+        cuda::matvec_q8_0_experts(w.q8_0->matrix(), w.n_experts, ids, n_ids, sc_->xq.as<int8_t>(),
+                                  sc_->xd.as<float>(), x_per_slot, y, s_);
     } else {
         cuda::matvec_float_experts(w.float_matrix(), ids, n_ids, x, x_per_slot, y,
-                                   float_scratch_.get(), s_);
+                                   sc_->floats.get(), s_);
     }
 }
 
 void CudaOps::matvec(const DeviceMatrix &w, const float *x, float *y) {
     if (w.q8_0) {
         quantize_q8_0(x, w.k);
-        cuda::matvec_q8_0(w.q8_0->matrix(), xq_.as<int8_t>(), xd_.as<float>(), y, s_);
+        cuda::matvec_q8_0(w.q8_0->matrix(), sc_->xq.as<int8_t>(), sc_->xd.as<float>(), y, s_);
     } else if (w.q8_k_activations()) {
         experts_matvec(w, zero_id_.as<int32_t>(), 1, x, false, y);
     } else {
-        cuda::matvec_float(w.float_matrix(), x, y, float_scratch_.get(), s_);
+        cuda::matvec_float(w.float_matrix(), x, y, sc_->floats.get(), s_);
     }
 }
 
@@ -487,24 +564,24 @@ void CudaOps::defer_float_product(const DeviceMatrix &d, const float *x, float *
     if (!joins) flush_float_products();
     pending_x_ = x;
     pending_.push_back({d.float_matrix(), y});
-    const float *q = quantized_q8_0_.x;
-    if (q && overlaps(y, d.n_rows, q, quantized_q8_0_.n)) quantized_q8_0_ = {};
+    const float *q = sc_->quantized.x;
+    if (q && overlaps(y, d.n_rows, q, sc_->quantized.n)) sc_->quantized = {};
 }
 
 void CudaOps::flush_float_products() {
     if (pending_.empty()) return;
     if (pending_.size() == 1)
-        cuda::matvec_float(pending_[0].w, pending_x_, pending_[0].y, float_scratch_.get(), s_);
+        cuda::matvec_float(pending_[0].w, pending_x_, pending_[0].y, sc_->floats.get(), s_);
     else
         cuda::matvec_float_many(pending_.data(), int(pending_.size()), pending_x_,
-                                float_many_scratch_.get(), float_many_scratch_.bytes(), s_);
+                                sc_->floats_many.get(), sc_->floats_many.bytes(), s_);
     pending_.clear();
     pending_x_ = nullptr;
 }
 
 void CudaOps::forget_quantization_if_written(const float *y, size_t n) {
-    const float *q = quantized_q8_0_.x;
-    if (q && y < q + quantized_q8_0_.n && q < y + n) quantized_q8_0_ = {};
+    const float *q = sc_->quantized.x;
+    if (q && y < q + sc_->quantized.n && q < y + n) sc_->quantized = {};
 }
 
 void CudaOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, float *Y, int64_t m) {
@@ -537,13 +614,13 @@ void CudaOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, fl
             const cuda::Q8_0Matrix &full = d.q8_0->matrix();
             const cuda::Q8_0Matrix block{full.qs, full.d, R, K};
             cuda::matvec_q8_0_experts(block, groups, group_ids_.as<int32_t>(), int(groups),
-                                      xq_.as<int8_t>(), xd_.as<float>(), true, y, s_);
+                                      sc_->xq.as<int8_t>(), sc_->xd.as<float>(), true, y, s_);
         } else if (d.raw.get()) {
             const size_t elem = d.type == GgmlType::F32 ? 4 : 2;
             for (uint32_t g = 0; g < groups; ++g) {
                 const cuda::FloatMatrix block{
                     d.type, static_cast<const uint8_t *>(d.raw.get()) + g * R * K * elem, R, K};
-                cuda::matvec_float(block, x + g * K, y + g * R, float_scratch_.get(), s_);
+                cuda::matvec_float(block, x + g * K, y + g * R, sc_->floats.get(), s_);
             }
         } else {
             throw Error(fmt::format("CUDA backend: no grouped product for {} weights ({})",
@@ -558,10 +635,10 @@ void CudaOps::rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int
         return;
     const ProfileScope scope(profile_, s_, "rms_norm");
     // One token's norm quantizes its output too: the next operations are its Q8_0 products.
-    if (m == 1 && size_t(n) <= xq_.bytes() &&
-        cuda::rms_norm_q8_0(x, m_.vec(w), y, 1, n, hp_.rms_eps, xq_.as<int8_t>(), xd_.as<float>(),
+    if (m == 1 && size_t(n) <= sc_->xq.bytes() &&
+        cuda::rms_norm_q8_0(x, m_.vec(w), y, 1, n, hp_.rms_eps, sc_->xq.as<int8_t>(), sc_->xd.as<float>(),
                             s_)) {
-        quantized_q8_0_ = {y, n};
+        sc_->quantized = {y, n};
         return;
     }
     cuda::rms_norm(x, m_.vec(w), y, m, n, hp_.rms_eps, s_);
@@ -734,8 +811,8 @@ void CudaOps::compress_batch(uint32_t il, bool indexer, const float *kv, const f
 }
 
 void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, float *O) {
-    if (replaying(8, {il, reinterpret_cast<uintptr_t>(in.q), reinterpret_cast<uintptr_t>(O),
-                      uint64_t(m)}))
+    if (replaying(kAttentionCoreOp, {il, reinterpret_cast<uintptr_t>(in.q),
+                                     reinterpret_cast<uintptr_t>(O), uint64_t(m)}))
         return;
     const uint32_t r = hp_.compress_ratio[il];
     // Every token's query heads and KV row at once: the ring holds the batch's rows beside the
@@ -750,7 +827,18 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
         gather = base + (indexed ? kGatherIndexed : kGatherAll);
         n_rows = base + (indexed ? kRowsIndexed : kRowsAll);
     }
-    compress_tokens(il, in, m);
+    if (join_pending_) {
+        // The compressors read the branch's products (runtime/attention.cpp): on the branch.
+        s_ = branch_;
+        sc_ = &scratch_[1];
+        compress_tokens(il, in, m);
+        DS4_CUDA_CHECK(cudaEventRecord(branch_end_, branch_));
+        s_ = main_;
+        sc_ = &scratch_[0];
+        settle_branch();
+    } else {
+        compress_tokens(il, in, m);
+    }
     // Then the indexer's selection and attention over the visible rows, for as many tokens at
     // once as the scratch holds (a token's scores and selection only see the rows pooled up to
     // it: its count word).
@@ -876,10 +964,10 @@ void CudaOps::attend(uint32_t il, const float *Q, int64_t t0, int64_t n, size_t 
                         s_, word(t0, rows_word), tokens);
     // One token's heads are quantized for the grouped output projection in the same launch (the
     // step's last write of O; linear_groups finds them in the scratch).
-    if (batch_ == 1 && size_t(H * D) <= xq_.bytes() && D % 32 == 0) {
+    if (batch_ == 1 && size_t(H * D) <= sc_->xq.bytes() && D % 32 == 0) {
         cuda::rope_tail_q8_0(o, H, D, freqs(il), hp.n_rot / 2, word(t0, kPos), true,
-                             xq_.as<int8_t>(), xd_.as<float>(), s_);
-        quantized_q8_0_ = {o, H * D};
+                             sc_->xq.as<int8_t>(), sc_->xd.as<float>(), s_);
+        sc_->quantized = {o, H * D};
         return;
     }
     cuda::rope_tail(o, H, D, freqs(il), hp.n_rot / 2, word(t0, kPos), true, s_, int(n), stride);
@@ -931,7 +1019,7 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
         const float *x = XN + t * E;
         // Q8_K experts: the router's launch quantizes their input too.
         const bool x_quantized =
-            gate.q8_k_activations() && gate.k == E && size_t(E) <= q8k_q_.bytes();
+            gate.q8_k_activations() && gate.k == E && size_t(E) <= sc_->q8k_q.bytes();
         if (x_quantized)
             cuda::route_experts_q8_K(logits + t * hp.n_expert, p, ids, weights, x, E, q8k_scratch(),
                                      s_);
@@ -965,14 +1053,14 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
         float *h = gate_.as<float>();
         const float c = hp.swiglu_clamp[il];
         bool quantized = false;
-        if (down.q8_k_activations() && size_t(K * F) <= q8k_q_.bytes())
+        if (down.q8_k_activations() && size_t(K * F) <= sc_->q8k_q.bytes())
             quantized =
                 cuda::swiglu_slots_q8_K(h, up_.as<float>(), K, F, c, weights, h, q8k_scratch(), s_);
-        else if (down.q8_0 && size_t(K * F) <= xq_.bytes() &&
-                 cuda::swiglu_slots_q8_0(h, up_.as<float>(), K, F, c, weights, h, xq_.as<int8_t>(),
-                                         xd_.as<float>(), s_)) {
+        else if (down.q8_0 && size_t(K * F) <= sc_->xq.bytes() &&
+                 cuda::swiglu_slots_q8_0(h, up_.as<float>(), K, F, c, weights, h, sc_->xq.as<int8_t>(),
+                                         sc_->xd.as<float>(), s_)) {
             quantized = true;
-            quantized_q8_0_ = {h, K * F};
+            sc_->quantized = {h, K * F};
         }
         if (!quantized) cuda::swiglu_slots(h, up_.as<float>(), K, F, c, weights, h, s_);
         scope.reset();
@@ -1035,10 +1123,10 @@ void CudaOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp
     const ProfileScope scope(profile_, s_, "swiglu");
     // One token's SwiGLU quantizes its output too: the next operation is the shared expert's
     // down product (Q8_0 in the published files).
-    if (m == 1 && size_t(n) <= xq_.bytes() &&
-        cuda::swiglu_slots_q8_0(G, U, 1, n, clamp, nullptr, G, xq_.as<int8_t>(), xd_.as<float>(),
+    if (m == 1 && size_t(n) <= sc_->xq.bytes() &&
+        cuda::swiglu_slots_q8_0(G, U, 1, n, clamp, nullptr, G, sc_->xq.as<int8_t>(), sc_->xd.as<float>(),
                                 s_)) {
-        quantized_q8_0_ = {G, n};
+        sc_->quantized = {G, n};
         return;
     }
     cuda::swiglu_slots(G, U, int(m), n, clamp, nullptr, G, s_);

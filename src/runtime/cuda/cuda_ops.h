@@ -68,6 +68,13 @@ class CudaOps final : public Ops {
     void swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp) override;
     void moe_sum(const float *slot_out, const float *shared, int64_t m, float *Y) override;
     void read(const float *x, size_t n, float *host) override;
+    // A one-token step runs a branch on its own stream with its own scratch (TokenScratch),
+    // joined by the first operation after join_branch() (the attention core first enqueues its
+    // compressors, which read the branch's products, on the branch). DS4_CUDA_BRANCHES=0 keeps
+    // every operation on the main stream, for comparisons; a batch (prefill) does too.
+    void begin_branch() override;
+    void end_branch() override;
+    void join_branch() override;
 
     std::shared_ptr<const BackendState> save() const override;
     void restore(const BackendState &state) override;
@@ -187,13 +194,23 @@ class CudaOps final : public Ops {
     void join_side_stream();
     // Joins the side stream and drops a capture an exception left open.
     void abort_step();
+    // The main stream waits for a joined branch's work (join_branch), once.
+    void settle_branch();
+    // Whether begin_branch runs a branch on its own stream (a one-token step).
+    bool branches() const;
+    // Adds an operation and its arguments to the step's hash.
+    void hash_op(uint64_t op, std::initializer_list<uint64_t> args);
 
     const DeviceModel &m_;
     const model::HParams &hp_;
     const uint32_t ctx_, max_batch_;
     const bool f16_;
     const ForwardOptions opts_;
-    cudaStream_t s_ = nullptr;
+    // s_: the stream operations enqueue on: main_, or branch_ between begin_branch() and
+    // end_branch() (branch_start_ and branch_end_ order the two).
+    cudaStream_t s_ = nullptr, main_ = nullptr, branch_ = nullptr;
+    cudaEvent_t branch_start_ = nullptr, branch_end_ = nullptr;
+    bool use_branches_ = true, in_branch_ = false, branch_open_ = false, join_pending_ = false;
     // A decode step forks hc_pre's Sinkhorn passes onto side_ (mix_ready_: the mixer outputs are
     // written; comb_ready_: comb is) and hc_post joins it back; DS4_CUDA_SIDE_STREAM=0 keeps
     // them on s_, for comparisons.
@@ -201,16 +218,25 @@ class CudaOps final : public Ops {
     cudaEvent_t mix_ready_ = nullptr, comb_ready_ = nullptr;
     bool use_side_stream_ = true, comb_pending_ = false;
     int64_t n_past_ = 0, batch_ = 0;
-    // Whose values the one-token Q8_0 scratch (xq_, xd_) holds: set by the quantization (or by
+    // Whose values the one-token Q8_0 scratch (xq, xd) holds: set by the quantization (or by
     // rms_norm, which quantizes its output in the same launch), kept across linear operations
-    // on that input (attention q_a and kv, the router and the shared expert's gate and up),
+    // on that input (attention q_a and kv, the shared expert's gate and up), begin_branch,
     // linear_groups and moe_routed (these write only their outputs, which clear it where they
     // overlap), and cleared by every other operation; also set by the SwiGLUs and the
     // attention's last rotation of O, which quantize their outputs in the same launch.
     struct QuantizedInput {
         const float *x = nullptr;
         int64_t n = 0;
-    } quantized_q8_0_;
+    };
+    // One token's scratch: Q8_0 and Q8_K activations, the float products' split sums and
+    // arrival counters, and which input the Q8_0 activations hold. scratch_[0] is the main
+    // line's, scratch_[1] a branch's; sc_ is that of the stream s_.
+    struct TokenScratch {
+        cuda::DeviceBuffer xq, xd, q8k_q, q8k_d, q8k_bsums, floats, floats_many;
+        QuantizedInput quantized;
+    };
+    std::array<TokenScratch, 2> scratch_;
+    TokenScratch *sc_ = &scratch_[0];
     std::vector<LayerKv> kv_;
     int64_t ring_rows_ = 0;     // rows of each layer's raw ring: the window, plus max_batch
     int64_t attend_batch_ = 1;  // tokens attend() takes at once
@@ -231,8 +257,6 @@ class CudaOps final : public Ops {
     cuda::DeviceBuffer freqs_plain_, freqs_yarn_;  // double [n_rot / 2]
     cuda::DeviceBuffer zero_id_;    // int32 0: a dense product through an expert kernel
     cuda::DeviceBuffer group_ids_;  // int32 0..n_out_group-1: a grouped product as experts
-    // scratch of one token's operations
-    cuda::DeviceBuffer xq_, xd_, q8k_q_, q8k_d_, q8k_bsums_, float_scratch_, float_many_scratch_;
     // The deferred float products of one input (defer_float_product) and MoE sum (flush_moe_sum);
     // DS4_CUDA_DEFER=0 runs each at once, for comparisons.
     std::vector<cuda::FloatProduct> pending_;
