@@ -20,42 +20,37 @@ constexpr int kQK = 256;
 constexpr int kGroupBytes = 64;  // per super-block: 8 groups of 8 bytes
 
 // Lookup tables, built on the host from the CPU's tables once:
-//   g_grid_sel[e]: grid point e as two byte-permute selectors. Every grid magnitude is 8, 25 or
-//     43 (codes 0, 1, 2); nibble j of the low (high) half is the code of value j (j + 4), so
-//     __byte_perm(0x002b1908, 0, half) gives the four magnitude bytes.
+//   g_grid[e]: grid point e, its 8 magnitudes (8, 25 or 43) as bytes (quant::kIq2xxsGrid).
 //   g_sign_masks[i]: for the 7 stored sign bits i (the 8th makes the parity even, kIq2Signs), a
 //     mask with byte j = 0xff where value j is negative.
-// In shared memory each entry is repeated once per lane ([entry][lane]), so that the 32 lanes'
-// lookups of a warp fall in 32 different banks whatever the entries: no bank conflicts.
-__device__ uint32_t g_grid_sel[256];
+// In shared memory each entry is repeated 16 times ([entry][copy], copy = lane % 16): a warp's
+// 8-byte lookups take two 128-byte phases whatever the entries (lanes l and l + 16 are in
+// different phases), so none waits for a bank; and an entry's address is one multiply-add.
+__device__ uint64_t g_grid[256];
 __device__ uint64_t g_sign_masks[128];
-constexpr uint32_t kMagnitudes = 0x002b1908u;  // bytes 8, 25, 43
+constexpr int kCopies = 16;
 
 void upload_tables_once() {
     static std::once_flag once;
     std::call_once(once, [] {
-        uint32_t sel[256];
-        for (int e = 0; e < 256; ++e) {
-            sel[e] = 0;
+        for (int e = 0; e < 256; ++e)
             for (int j = 0; j < 8; ++j) {
                 const unsigned m = (quant::kIq2xxsGrid[e] >> (8 * j)) & 0xff;
-                const uint32_t code = m == 8 ? 0 : m == 25 ? 1 : m == 43 ? 2 : 7;
-                if (code == 7) throw ds4::Error("IQ2_XXS grid magnitude outside {8, 25, 43}");
-                sel[e] |= code << (j < 4 ? 4 * j : 16 + 4 * (j - 4));
+                if (m != 8 && m != 25 && m != 43)
+                    throw ds4::Error("IQ2_XXS grid magnitude outside {8, 25, 43}");
             }
-        }
         uint64_t masks[128];
         for (int i = 0; i < 128; ++i) {
             masks[i] = 0;
             for (int j = 0; j < 8; ++j)
                 if ((quant::kIq2Signs[i] >> j) & 1) masks[i] |= uint64_t(0xff) << (8 * j);
         }
-        DS4_CUDA_CHECK(cudaMemcpyToSymbol(g_grid_sel, sel, sizeof(sel)));
+        DS4_CUDA_CHECK(cudaMemcpyToSymbol(g_grid, quant::kIq2xxsGrid, sizeof(g_grid)));
         DS4_CUDA_CHECK(cudaMemcpyToSymbol(g_sign_masks, masks, sizeof(masks)));
     });
 }
 
-constexpr int kGridTableBytes = 256 * 32 * 4, kSignTableBytes = 128 * 32 * 8;
+constexpr int kGridTableBytes = 256 * kCopies * 8, kSignTableBytes = 128 * kCopies * 8;
 
 // Grid magnitudes (4 bytes) with the masked bytes negated: b -> (b ^ 0xff) + 1 = -b. Magnitudes
 // are 8..43, so the +1 never carries into the next byte.
@@ -63,17 +58,29 @@ __device__ __forceinline__ int apply_signs(uint32_t mag, uint32_t mask) {
     return int((mag ^ mask) + (mask & 0x01010101u));
 }
 
-// The 32 signed grid values of one group as 8 words of int8 (values 4 j .. 4 j + 3 in word j).
-__device__ __forceinline__ void decode_group(const uint32_t *grid_sel, const uint2 *sign_masks,
-                                             int lane, uint32_t indices, uint32_t signs_scale,
-                                             int (&w)[8]) {
-#pragma unroll
-    for (int l = 0; l < 4; ++l) {
-        const uint32_t sel = grid_sel[((indices >> (8 * l)) & 0xffu) * 32 + lane];
-        const uint2 m = sign_masks[((signs_scale >> (7 * l)) & 127u) * 32 + lane];
-        w[2 * l] = apply_signs(__byte_perm(kMagnitudes, 0, sel), m.x);
-        w[2 * l + 1] = apply_signs(__byte_perm(kMagnitudes, 0, sel >> 16), m.y);
+// The lane's copies of the tables (shared memory, `t` as Iq2xxsFormat::load_tables fills it).
+struct LaneTables {
+    const uint2 *grid, *signs;
+    __device__ LaneTables(const uint8_t *t, int lane)
+        : grid(reinterpret_cast<const uint2 *>(t) + lane % kCopies),
+          signs(reinterpret_cast<const uint2 *>(t + kGridTableBytes) + lane % kCopies) {}
+    // Values 8 l .. 8 l + 7 of a group (grid point l of `indices`, sign bits l of
+    // `signs_scale`) as two words of int8.
+    __device__ __forceinline__ void point(uint32_t indices, uint32_t signs_scale, int l, int &w0,
+                                          int &w1) const {
+        const uint32_t e = __byte_perm(indices, 0, 0x4440 | l);  // byte l
+        const uint2 g = grid[e * kCopies];
+        const uint2 m = signs[((signs_scale >> (7 * l)) & 127u) * kCopies];
+        w0 = apply_signs(g.x, m.x);
+        w1 = apply_signs(g.y, m.y);
     }
+};
+
+// The 32 signed grid values of one group as 8 words of int8 (values 4 j .. 4 j + 3 in word j).
+__device__ __forceinline__ void decode_group(const LaneTables &lt, uint32_t indices,
+                                             uint32_t signs_scale, int (&w)[8]) {
+#pragma unroll
+    for (int l = 0; l < 4; ++l) lt.point(indices, signs_scale, l, w[2 * l], w[2 * l + 1]);
 }
 
 // A group's scale factor 2 ls + 1 (ls: the top 4 bits of its sign word).
@@ -96,17 +103,16 @@ __device__ __forceinline__ int group_dot(const int (&w)[8], const int *q, int sc
 struct Iq2xxsFormat {
     static constexpr int kTableBytes = kGridTableBytes + kSignTableBytes;
     __device__ static void load_tables(uint8_t *t) {
-        auto *grid = reinterpret_cast<uint4 *>(t);
-        for (int i = threadIdx.x; i < kGridTableBytes / 16; i += expert_matvec::kThreads) {
-            const uint32_t v = g_grid_sel[i / 8];  // 8 uint4 (32 lanes) per entry
-            grid[i] = make_uint4(v, v, v, v);
-        }
-        auto *signs = reinterpret_cast<uint4 *>(t + kGridTableBytes);
-        for (int i = threadIdx.x; i < kSignTableBytes / 16; i += expert_matvec::kThreads) {
-            const uint64_t m = g_sign_masks[i / 16];  // 16 uint4 (32 lanes x 8 bytes) per entry
-            const uint32_t lo = uint32_t(m), hi = uint32_t(m >> 32);
-            signs[i] = make_uint4(lo, hi, lo, hi);
-        }
+        // Two copies of an entry per uint4: kCopies / 2 uint4 per entry.
+        auto fill = [](uint4 *dst, const uint64_t *src, int n_entries) {
+            for (int i = threadIdx.x; i < n_entries * kCopies / 2; i += expert_matvec::kThreads) {
+                const uint64_t v = src[i / (kCopies / 2)];
+                const uint32_t lo = uint32_t(v), hi = uint32_t(v >> 32);
+                dst[i] = make_uint4(lo, hi, lo, hi);
+            }
+        };
+        fill(reinterpret_cast<uint4 *>(t), g_grid, 256);
+        fill(reinterpret_cast<uint4 *>(t + kGridTableBytes), g_sign_masks, 128);
     }
     struct Scales {
         static constexpr int kBytes = 2;
@@ -148,11 +154,10 @@ struct Iq2xxsFormat {
         int scale0 = 0, scale1 = 0;
     };
     __device__ static Decoded decode(uint4 g, const uint8_t *t, int lane, const Scales &, int64_t) {
-        const auto *grid = reinterpret_cast<const uint32_t *>(t);
-        const auto *signs = reinterpret_cast<const uint2 *>(t + kGridTableBytes);
+        const LaneTables lt(t, lane);
         Decoded d;
-        decode_group(grid, signs, lane, g.x, g.y, d.w0);
-        decode_group(grid, signs, lane, g.z, g.w, d.w1);
+        decode_group(lt, g.x, g.y, d.w0);
+        decode_group(lt, g.z, g.w, d.w1);
         d.scale0 = group_scale(g.y);
         d.scale1 = group_scale(g.w);
         return d;
@@ -190,12 +195,9 @@ struct Iq2xxsFormat {
         const int src = (lane & ~3) | (j >> 1);
         const uint32_t indices = __shfl_sync(0xffffffffu, (j & 1) ? r.q.z : r.q.x, src);
         const uint32_t signs_scale = __shfl_sync(0xffffffffu, (j & 1) ? r.q.w : r.q.y, src);
-        const auto *grid = reinterpret_cast<const uint32_t *>(t);
-        const auto *signs = reinterpret_cast<const uint2 *>(t + kGridTableBytes);
-        const uint32_t sel = grid[((indices >> (8 * c)) & 0xffu) * 32 + lane];
-        const uint2 m = signs[((signs_scale >> (7 * c)) & 127u) * 32 + lane];
-        return {apply_signs(__byte_perm(kMagnitudes, 0, sel), m.x),
-                apply_signs(__byte_perm(kMagnitudes, 0, sel >> 16), m.y), group_scale(signs_scale)};
+        int w0, w1;
+        LaneTables(t, lane).point(indices, signs_scale, c, w0, w1);
+        return {w0, w1, group_scale(signs_scale)};
     }
     __device__ static int mma_x_offset(int j, int c) {
         return 32 * j + 8 * c;
