@@ -151,6 +151,19 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     if (profile_.on()) use_graphs_ = false;  // events time launched kernels, not a graph's
     if (const char *f = std::getenv("DS4_CUDA_SIDE_STREAM"); f && std::string(f) == "0")
         use_side_stream_ = false;
+    // DS4_CUDA_SKIP: operations left out of every one-token step, for measuring what each adds
+    // to a step's time (the outputs are then wrong; a warning says so).
+    if (const char *f = std::getenv("DS4_CUDA_SKIP"); f && *f) {
+        std::string list = f;
+        for (size_t b = 0, e; b <= list.size(); b = e + 1) {
+            e = std::min(list.find(',', b), list.size());
+            if (e > b) skip_.insert(list.substr(b, e - b));
+        }
+        fmt::print(stderr,
+                   "CUDA backend: DS4_CUDA_SKIP={}: these operations are left out of every "
+                   "decode step; outputs are wrong (a timing diagnostic)\n",
+                   f);
+    }
     // The profile's events time one stream.
     if (const char *f = std::getenv("DS4_CUDA_BRANCHES");
         (f && std::string(f) == "0") || profile_.on())
@@ -282,6 +295,10 @@ void CudaOps::abort_step() {
         (void)cudaStreamWaitEvent(s_, comb_ready_, 0);
     }
     graph_.abort(s_);
+}
+
+bool CudaOps::skipped(const std::string &name) const {
+    return batch_ == 1 && !skip_.empty() && skip_.count(name.substr(0, name.find(' '))) != 0;
 }
 
 bool CudaOps::branches() const {
@@ -525,6 +542,7 @@ void CudaOps::linear(model::Tensor w, const float *X, float *Y, int64_t m) {
     if (replaying(kLinearOp, {reinterpret_cast<uintptr_t>(w), reinterpret_cast<uintptr_t>(X),
                               reinterpret_cast<uintptr_t>(Y), uint64_t(m)}))
         return;
+    if (!skip_.empty() && skipped(weight_role(w))) return;
     const DeviceMatrix &d = m_.matrix(w);
     if (d.raw.get() && m == 1 && defer_) {
         defer_float_product(d, X, Y);
@@ -589,6 +607,7 @@ void CudaOps::linear_groups(model::Tensor w, uint32_t groups, const float *X, fl
                   {reinterpret_cast<uintptr_t>(w), groups, reinterpret_cast<uintptr_t>(X),
                    reinterpret_cast<uintptr_t>(Y), uint64_t(m)}))
         return;
+    if (skipped("linear_groups")) return;
     const DeviceMatrix &d = m_.matrix(w);
     const int64_t R = d.n_rows / groups, K = d.k;
     forget_quantization_if_written(Y, size_t(m * d.n_rows));
@@ -633,6 +652,7 @@ void CudaOps::rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int
     if (replaying(4, {reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w),
                       reinterpret_cast<uintptr_t>(y), uint64_t(m), uint64_t(n)}))
         return;
+    if (skipped("rms_norm")) return;
     const ProfileScope scope(profile_, s_, "rms_norm");
     // One token's norm quantizes its output too: the next operations are its Q8_0 products.
     if (m == 1 && size_t(n) <= sc_->xq.bytes() &&
@@ -649,6 +669,7 @@ void CudaOps::hc_pre(const HcWeights &hc, const float *X, int64_t m, float *mix,
                   {reinterpret_cast<uintptr_t>(hc.fn), reinterpret_cast<uintptr_t>(X), uint64_t(m),
                    reinterpret_cast<uintptr_t>(mix), reinterpret_cast<uintptr_t>(x_in)}))
         return;
+    if (skipped("hc_pre")) return;
     const int n = int(hp_.n_hc);
     const int64_t E = hp_.n_embd, width = int64_t(n) * E, n_mix = hp_.n_hc_mix();
     const DeviceMatrix &fn = m_.matrix(hc.fn);
@@ -699,6 +720,7 @@ void CudaOps::hc_post(const float *mix, const float *y, int64_t m, float *X) {
     if (replaying(kHcPostOp, {reinterpret_cast<uintptr_t>(mix), reinterpret_cast<uintptr_t>(y),
                               uint64_t(m), reinterpret_cast<uintptr_t>(X)}))
         return;
+    if (skipped("hc_post")) return;
     const int n = int(hp_.n_hc);
     const int64_t E = hp_.n_embd;
     join_side_stream();  // comb
@@ -814,6 +836,7 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
     if (replaying(kAttentionCoreOp, {il, reinterpret_cast<uintptr_t>(in.q),
                                      reinterpret_cast<uintptr_t>(O), uint64_t(m)}))
         return;
+    if (skipped("attention_core")) return;
     const uint32_t r = hp_.compress_ratio[il];
     // Every token's query heads and KV row at once: the ring holds the batch's rows beside the
     // window each token sees (ring_rows_).
@@ -995,6 +1018,7 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
                   {il, reinterpret_cast<uintptr_t>(XN), reinterpret_cast<uintptr_t>(logits),
                    uint64_t(m), reinterpret_cast<uintptr_t>(slot_out)}))
         return;
+    if (skipped("moe_routed")) return;
     // The slots may overwrite the input whose quantization the scratch holds.
     forget_quantization_if_written(slot_out, size_t(m) * hp_.n_expert_used * hp_.n_embd);
     // So may the products into its own scratch.
@@ -1120,6 +1144,7 @@ void CudaOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp
     if (replaying(10, {reinterpret_cast<uintptr_t>(G), reinterpret_cast<uintptr_t>(U), uint64_t(m),
                        uint64_t(n)}))
         return;
+    if (skipped("swiglu")) return;
     const ProfileScope scope(profile_, s_, "swiglu");
     // One token's SwiGLU quantizes its output too: the next operation is the shared expert's
     // down product (Q8_0 in the published files).
@@ -1136,6 +1161,7 @@ void CudaOps::moe_sum(const float *slot_out, const float *shared, int64_t m, flo
     if (replaying(11, {reinterpret_cast<uintptr_t>(slot_out), reinterpret_cast<uintptr_t>(shared),
                        uint64_t(m), reinterpret_cast<uintptr_t>(Y)}))
         return;
+    if (skipped("moe_sum")) return;
     if (m == 1 && defer_) {  // formed by the hc_post that reads it, if one does
         pending_sum_ = {slot_out, shared, Y};
         return;

@@ -23,6 +23,8 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
@@ -198,6 +200,10 @@ class CudaOps final : public Ops {
     void settle_branch();
     // Whether begin_branch runs a branch on its own stream (a one-token step).
     bool branches() const;
+    // Whether DS4_CUDA_SKIP names the operation (or, for a product, its weight's role: the
+    // tensor name without its layer and suffix, e.g. attn_q_b), in a one-token step.
+    bool skipped(const std::string &name) const;
+    std::set<std::string> skip_;
     // Adds an operation and its arguments to the step's hash.
     void hash_op(uint64_t op, std::initializer_list<uint64_t> args);
 
