@@ -11,6 +11,7 @@
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/indexer_ops.h"
 #include "backend/cuda/kv_ops.h"
+#include "backend/cuda/vector_ops.h"
 #include "cuda_test_util.h"
 
 namespace ds4::cuda {
@@ -143,6 +144,90 @@ TEST(CudaStepWords, IndexerWithRowCountOnTheDevice) {
         for (int64_t i = n; i < kCap; ++i) ASSERT_TRUE(std::isnan(gs[size_t(i)])) << "row " << i;
         EXPECT_EQ(to_host<int32_t>(got_k, kTopK), to_host<int32_t>(want_k, kTopK)) << n;
     }
+}
+
+// A decode step reads its visible rows where they are: the scores and the mix on VisibleRows
+// equal them on the rows gather_rows_step copies, bit for bit, with and without the indexer's
+// selection and with the window wrapped around the ring.
+TEST(CudaStepWords, AttentionOnRowsInPlaceEqualsGatheredRows) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int64_t kHeads = 16, kD = 128, kWindow = 8, kComp = 40, kMax = kWindow + 24;
+    const auto q = random_floats(kHeads * kD, 21, 1.0f), sinks = random_floats(kHeads, 22, 1.0f);
+    const auto ring = random_floats(kWindow * kD, 23, 1.0f),
+               comp = random_floats(kComp * kD, 24, 1.0f);
+    std::vector<int32_t> sel(24);
+    for (size_t i = 0; i < sel.size(); ++i) sel[i] = int32_t((7 * i + 3) % kComp);
+    const DeviceBuffer dq = to_device(q), dsinks = to_device(sinks), dring = to_device(ring),
+                       dcomp = to_device(comp), dsel = to_device(sel);
+    struct Case {
+        int64_t first, n_raw, n_sel, use_selected;
+    };
+    for (const Case c : {Case{13, 8, 24, 1}, Case{0, 3, 0, 0}, Case{5, 8, 20, 0}}) {
+        const DeviceBuffer words =
+            to_device(std::vector<int64_t>{c.first, c.n_raw, c.n_sel, c.use_selected});
+        const DeviceBuffer dn = to_device(std::vector<int64_t>{c.n_raw + c.n_sel});
+        DeviceBuffer rows = to_device(test::poison_floats(kMax * kD));
+        gather_rows_step(dring.as<float>(), kWindow, dcomp.as<float>(), dsel.as<int32_t>(),
+                         words.as<int64_t>(), kMax, kD, rows.as<float>(), nullptr);
+        DeviceBuffer ws = to_device(test::poison_floats(kHeads * kMax)),
+                     gs = to_device(test::poison_floats(kHeads * kMax));
+        DeviceBuffer wo = to_device(test::poison_floats(kHeads * kD)),
+                     go = to_device(test::poison_floats(kHeads * kD));
+        attention_scores(dq.as<float>(), rows.as<float>(), kMax, kHeads, kD, ws.as<float>(),
+                         nullptr, dn.as<int64_t>());
+        attention_mix(ws.as<float>(), rows.as<float>(), kMax, dsinks.as<float>(), 0.125f, kHeads,
+                      kD, wo.as<float>(), nullptr, dn.as<int64_t>());
+        const VisibleRows in_place{dring.as<float>(), kWindow, dcomp.as<float>(),
+                                   dsel.as<int32_t>(), words.as<int64_t>()};
+        const DeviceBuffer unused = to_device(test::poison_floats(kMax * kD));
+        attention_scores(dq.as<float>(), unused.as<float>(), kMax, kHeads, kD, gs.as<float>(),
+                         nullptr, dn.as<int64_t>(), {}, &in_place);
+        attention_mix(gs.as<float>(), unused.as<float>(), kMax, dsinks.as<float>(), 0.125f, kHeads,
+                      kD, go.as<float>(), nullptr, dn.as<int64_t>(), {}, &in_place);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto gsh = to_host<float>(gs, kHeads * kMax), wsh = to_host<float>(ws, kHeads * kMax);
+        const size_t used = size_t(kHeads * (c.n_raw + c.n_sel));  // heads' stride: the count
+        EXPECT_EQ(std::memcmp(gsh.data(), wsh.data(), used * 4), 0) << "first " << c.first;
+        EXPECT_TRUE(same_bits(to_host<float>(go, kHeads * kD), to_host<float>(wo, kHeads * kD)))
+            << "first " << c.first;
+        for (float v : to_host<float>(go, kHeads * kD)) ASSERT_FALSE(std::isnan(v));
+    }
+}
+
+// The mix of one token with the inverse rotation and the Q8_0 activation in its launch equals
+// the mix followed by rope_tail_q8_0: the output heads, the codes and the scales, bit for bit.
+TEST(CudaStepWords, MixWithRopeAndQ8_0EqualsMixThenRopeTailQ8_0) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int64_t kHeads = 16, kD = 128, kRows = 37, kFreq = 32;
+    const auto q = random_floats(kHeads * kD, 31, 1.0f), rows = random_floats(kRows * kD, 32, 1.0f);
+    const auto sinks = random_floats(kHeads, 33, 1.0f);
+    std::vector<double> freqs(kFreq);
+    for (int64_t k = 0; k < kFreq; ++k) freqs[size_t(k)] = std::pow(10000.0, -double(k) / kFreq);
+    const DeviceBuffer dq = to_device(q), drows = to_device(rows), dsinks = to_device(sinks),
+                       df = to_device(freqs), dpos = to_device(std::vector<int64_t>{1234});
+    DeviceBuffer scores = to_device(test::poison_floats(kHeads * kRows));
+    attention_scores(dq.as<float>(), drows.as<float>(), kRows, kHeads, kD, scores.as<float>(),
+                     nullptr);
+    DeviceBuffer wo = to_device(test::poison_floats(kHeads * kD)),
+                 go = to_device(test::poison_floats(kHeads * kD));
+    const std::vector<int8_t> q_init(kHeads * kD, 99);
+    const std::vector<float> d_init = test::poison_floats(kHeads * kD / 32);
+    DeviceBuffer wq = to_device(q_init), gq = to_device(q_init), wd = to_device(d_init),
+                 gd = to_device(d_init);
+    attention_mix(scores.as<float>(), drows.as<float>(), kRows, dsinks.as<float>(), 0.125f, kHeads,
+                  kD, wo.as<float>(), nullptr);
+    rope_tail_q8_0(wo.as<float>(), kHeads, kD, df.as<double>(), kFreq, dpos.as<int64_t>(), true,
+                   wq.as<int8_t>(), wd.as<float>(), nullptr);
+    const MixRopeQ8_0 fused{df.as<double>(), kFreq, dpos.as<int64_t>(), gq.as<int8_t>(),
+                            gd.as<float>()};
+    attention_mix(scores.as<float>(), drows.as<float>(), kRows, dsinks.as<float>(), 0.125f, kHeads,
+                  kD, go.as<float>(), nullptr, nullptr, {}, nullptr, &fused);
+    DS4_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(same_bits(to_host<float>(go, kHeads * kD), to_host<float>(wo, kHeads * kD)));
+    EXPECT_EQ(to_host<int8_t>(gq, kHeads * kD), to_host<int8_t>(wq, kHeads * kD));
+    EXPECT_TRUE(
+        same_bits(to_host<float>(gd, kHeads * kD / 32), to_host<float>(wd, kHeads * kD / 32)));
+    for (float v : to_host<float>(go, kHeads * kD)) ASSERT_FALSE(std::isnan(v));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_f64.cuh"
+#include "backend/cuda/quantize_block.cuh"
 #include "backend/cuda/row_device.cuh"
 #include "common/error.h"
 
@@ -11,6 +12,28 @@ namespace ds4::cuda {
 namespace {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
+
+// A token's visible rows: in place (VisibleRows, its words read here) or gathered (`rows`,
+// row i at rows + i d).
+struct RowMap {
+    const float *rows;
+    VisibleRows v;
+    int64_t d, first = 0, n_raw = 0;
+    const int32_t *sel = nullptr;
+    __device__ RowMap(const float *rows_, int64_t d_, const VisibleRows &vis)
+        : rows(rows_), v(vis), d(d_) {
+        if (v.ring) {
+            first = v.words[0];
+            n_raw = v.words[1];
+            if (v.words[3]) sel = v.selected;
+        }
+    }
+    __device__ const float *row(int64_t i) const {
+        if (!v.ring) return rows + i * d;
+        return i < n_raw ? v.ring + ((first + i) % v.window) * d
+                         : v.comp + (sel ? int64_t(sel[i - n_raw]) : i - n_raw) * d;
+    }
+};
 
 // The scores on the double-precision tensor cores: a block scores 64 heads (4 warps of 16 along
 // the heads) against 16 WN rows (2 warps of 8 WN along the rows), a warp's tile 2 x WN m8n8
@@ -30,14 +53,15 @@ struct ChunkStage {
     static constexpr int kPerThread = (kVecs + kThreads - 1) / kThreads;
     float4 v[kPerThread];
 
-    __device__ __forceinline__ void load(const float *src, int64_t d, int valid, int64_t k0) {
+    // row(r): where row r starts.
+    template <class RowPtr>
+    __device__ __forceinline__ void load(RowPtr row, int valid, int64_t k0) {
 #pragma unroll
         for (int u = 0; u < kPerThread; ++u) {
             const int i = int(threadIdx.x) + kThreads * u, r = i / (kChunk / 4);
-            v[u] =
-                i < kVecs && r < valid
-                    ? __ldg(reinterpret_cast<const float4 *>(src + r * d + k0) + i % (kChunk / 4))
-                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            v[u] = i < kVecs && r < valid
+                       ? __ldg(reinterpret_cast<const float4 *>(row(r) + k0) + i % (kChunk / 4))
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
     }
     __device__ __forceinline__ void store(double (*dst)[kPad]) const {
@@ -57,7 +81,8 @@ template <int WN>
 __global__ void __launch_bounds__(kThreads)
     scores_kernel(const float *__restrict__ q, const float *__restrict__ rows, int64_t n_rows,
                   int64_t n_heads, int64_t d, float *__restrict__ scores,
-                  const int64_t *__restrict__ n_rows_dev, int64_t word_stride) {
+                  const int64_t *__restrict__ n_rows_dev, int64_t word_stride,
+                  VisibleRows visible) {
     constexpr int kRowTile = 16 * WN;
     dev::wait_for_previous_kernels();
     {  // the token of a batch (AttentionTokens)
@@ -72,13 +97,18 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ double sr[kRowTile][kPad];
     const int n_valid = int(min(int64_t(kRowTile), n_rows - j0));
     const int h_valid = int(min(int64_t(kHeadTile), n_heads - h0));
-    q += h0 * d, rows += j0 * d;
+    q += h0 * d;
+    __shared__ const float *row_at[kRowTile];  // the block's rows
+    if (threadIdx.x < n_valid) row_at[threadIdx.x] = RowMap(rows, d, visible).row(j0 + threadIdx.x);
+    __syncthreads();
+    const auto q_row = [&](int r) { return q + r * d; };
+    const auto kv_row = [&](int r) { return row_at[r]; };
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int wm = warp % 4, wn = warp / 4;
     ChunkStage<kHeadTile> q_stage;
     ChunkStage<kRowTile> row_stage;
-    q_stage.load(q, d, h_valid, 0);
-    row_stage.load(rows, d, n_valid, 0);
+    q_stage.load(q_row, h_valid, 0);
+    row_stage.load(kv_row, n_valid, 0);
     double acc[2][WN][2] = {};
     for (int64_t k0 = 0; k0 < d; k0 += kChunk) {
         __syncthreads();  // the previous chunk is consumed
@@ -86,8 +116,8 @@ __global__ void __launch_bounds__(kThreads)
         row_stage.store(sr);
         __syncthreads();
         if (k0 + kChunk < d) {
-            q_stage.load(q, d, h_valid, k0 + kChunk);
-            row_stage.load(rows, d, n_valid, k0 + kChunk);
+            q_stage.load(q_row, h_valid, k0 + kChunk);
+            row_stage.load(kv_row, n_valid, k0 + kChunk);
         }
 #pragma unroll
         for (int ks = 0; ks < kChunk; ks += 4) {
@@ -119,11 +149,11 @@ __global__ void __launch_bounds__(kThreads)
 template <int WN>
 void launch_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
                    float *scores, cudaStream_t stream, const int64_t *n_rows_dev,
-                   AttentionTokens tokens) {
+                   AttentionTokens tokens, const VisibleRows &visible) {
     const dim3 grid(unsigned((n_rows + 16 * WN - 1) / (16 * WN)),
                     unsigned((n_heads + kHeadTile - 1) / kHeadTile), unsigned(tokens.n));
     launch_kernel(scores_kernel<WN>, grid, kThreads, 0, stream, q, rows, n_rows, n_heads, d, scores,
-                  n_rows_dev, tokens.word_stride);
+                  n_rows_dev, tokens.word_stride, visible);
 }
 
 constexpr int kMixThreads = kThreads;
@@ -141,7 +171,8 @@ template <int W, int HPW>
 __global__ void __launch_bounds__(kMixThreads)
     mix_kernel(const float *__restrict__ scores, const float *__restrict__ rows, int64_t n_rows,
                const float *__restrict__ sinks, float scale, int64_t n_heads, int64_t d,
-               float *__restrict__ o, const int64_t *__restrict__ n_rows_dev, int64_t word_stride) {
+               float *__restrict__ o, const int64_t *__restrict__ n_rows_dev, int64_t word_stride,
+               VisibleRows visible, MixRopeQ8_0 rope_q8_0) {
     constexpr int kDims = 32 * W, kTile = kMixStage / kDims;
     dev::wait_for_previous_kernels();
     {  // the token of a batch (AttentionTokens)
@@ -152,6 +183,8 @@ __global__ void __launch_bounds__(kMixThreads)
     if (n_rows_dev) n_rows = *n_rows_dev;
     __shared__ float e[kWarps * HPW][kTile];
     __shared__ float v[kTile][kDims];
+    __shared__ const float *row_at[kTile];  // the tile's rows
+    const RowMap map(rows, d, visible);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t h0 = (int64_t(blockIdx.x) * kWarps + warp) * HPW;
     const int64_t d0 = int64_t(blockIdx.y) * kDims;
@@ -181,6 +214,8 @@ __global__ void __launch_bounds__(kMixThreads)
     for (int64_t j0 = 0; j0 < n_rows; j0 += kTile) {
         const int n = int(min(int64_t(kTile), n_rows - j0));
         __syncthreads();  // the previous tile is consumed
+        for (int j = threadIdx.x; j < n; j += kMixThreads) row_at[j] = map.row(j0 + j);
+        __syncthreads();
 #pragma unroll
         for (int u = 0; u < HPW; ++u)
             if (head[u])
@@ -189,7 +224,7 @@ __global__ void __launch_bounds__(kMixThreads)
                         dev::exp_f(__fsub_rn(__fmul_rn(sc[u][j0 + j], scale), mx[u]));
         for (int i = threadIdx.x; i < n * kDims; i += kMixThreads) {
             const int j = i / kDims, c = i % kDims;
-            v[j][c] = d0 + c < d ? __ldg(rows + (j0 + j) * d + d0 + c) : 0.0f;
+            v[j][c] = d0 + c < d ? __ldg(row_at[j] + d0 + c) : 0.0f;
         }
         __syncthreads();
         if (head[0]) {
@@ -209,6 +244,19 @@ __global__ void __launch_bounds__(kMixThreads)
                         acc[u][w] = __fadd_rn(acc[u][w], __fmul_rn(ej[u], x));
                 }
             }
+        }
+    }
+    if constexpr (W == 1 && HPW == 1) {
+        if (rope_q8_0.xq) {  // the warp holds one Q8_0 block of its head: lane l, dim d0 + l
+            if (!head[0] || d0 >= d) return;  // the same for the whole warp (d % 32 == 0)
+            const int64_t dim = d0 + lane;
+            const float v =
+                dev::rope_pair_lanes(__fdiv_rn(acc[0][0], den[0]), dim, d - 2 * rope_q8_0.n_freq,
+                                     rope_q8_0.freqs, *rope_q8_0.pos, true);
+            o[h0 * d + dim] = v;
+            dev::quantize_q8_0_lane(v, rope_q8_0.xq + h0 * d + d0,
+                                    rope_q8_0.xd + (h0 * d + d0) / 32);
+            return;
         }
     }
 #pragma unroll
@@ -342,38 +390,55 @@ __global__ void __launch_bounds__(kMixThreads, 2)
 template <int W, int HPW>
 void launch_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks, float scale,
                 int64_t n_heads, int64_t d, float *o, cudaStream_t stream,
-                const int64_t *n_rows_dev, AttentionTokens tokens) {
+                const int64_t *n_rows_dev, AttentionTokens tokens, const VisibleRows &visible = {},
+                const MixRopeQ8_0 &rope_q8_0 = {}) {
     const dim3 grid(unsigned((n_heads + kWarps * HPW - 1) / (kWarps * HPW)),
                     unsigned((d + 32 * W - 1) / (32 * W)), unsigned(tokens.n));
     launch_kernel(mix_kernel<W, HPW>, grid, kMixThreads, 0, stream, scores, rows, n_rows, sinks,
-                  scale, n_heads, d, o, n_rows_dev, tokens.word_stride);
+                  scale, n_heads, d, o, n_rows_dev, tokens.word_stride, visible, rope_q8_0);
 }
 
 }  // namespace
 
 void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
                       float *scores, cudaStream_t stream, const int64_t *n_rows_dev,
-                      AttentionTokens tokens) {
+                      AttentionTokens tokens, const VisibleRows *visible) {
     if (d <= 0 || d % 32 != 0)
         throw ds4::Error("attention_scores: head size must be a positive multiple of 32");
     if (tokens.n < 1 || tokens.n > 65535)
         throw ds4::Error("attention_scores: 1 to 65535 tokens a launch");
+    if (visible && (tokens.n != 1 || !visible->ring || !visible->words || visible->window < 1))
+        throw ds4::Error("attention_scores: rows in place for one token, with their words");
     if (n_rows == 0 || n_heads == 0) return;
+    const VisibleRows in_place = visible ? *visible : VisibleRows{};
     // One token wants many blocks (16 rows each); a batch has them and reads q less often.
     if (tokens.n >= 4)
-        launch_scores<4>(q, rows, n_rows, n_heads, d, scores, stream, n_rows_dev, tokens);
+        launch_scores<4>(q, rows, n_rows, n_heads, d, scores, stream, n_rows_dev, tokens, in_place);
     else
-        launch_scores<1>(q, rows, n_rows, n_heads, d, scores, stream, n_rows_dev, tokens);
+        launch_scores<1>(q, rows, n_rows, n_heads, d, scores, stream, n_rows_dev, tokens, in_place);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 void attention_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks,
                    float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream,
-                   const int64_t *n_rows_dev, AttentionTokens tokens) {
+                   const int64_t *n_rows_dev, AttentionTokens tokens, const VisibleRows *visible,
+                   const MixRopeQ8_0 *rope_q8_0) {
     if (d < 1) throw ds4::Error("attention_mix: head size must be at least 1");
     if (tokens.n < 1 || tokens.n > 65535)
         throw ds4::Error("attention_mix: 1 to 65535 tokens a launch");
+    if (visible && (tokens.n != 1 || !visible->ring || !visible->words || visible->window < 1))
+        throw ds4::Error("attention_mix: rows in place for one token, with their words");
+    if (rope_q8_0 && (tokens.n != 1 || d % 32 != 0 || 2 * rope_q8_0->n_freq > d || !rope_q8_0->xq ||
+                      !rope_q8_0->xd || !rope_q8_0->pos))
+        throw ds4::Error("attention_mix: the rotation and Q8_0 output for one token, d % 32 == 0");
     if (n_heads == 0) return;
+    if (tokens.n == 1) {
+        launch_mix<1, 1>(scores, rows, n_rows, sinks, scale, n_heads, d, o, stream, n_rows_dev,
+                         tokens, visible ? *visible : VisibleRows{},
+                         rope_q8_0 ? *rope_q8_0 : MixRopeQ8_0{});
+        DS4_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     // A batch has blocks enough with whole heads; one token wants the dim slices.
     if (tokens.n >= 4 && d > 256 && d <= kBatchDims && d % 4 == 0) {
         static const bool sized = [] {  // more shared memory than a static array may have

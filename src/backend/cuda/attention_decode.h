@@ -24,19 +24,44 @@ struct AttentionTokens {
     int64_t word_stride = 0;
 };
 
+// Where one token's visible rows are, for reading them in place (no gathered copy): the words
+// of kv_ops.h gather_rows_step, {first, n_raw, n_sel, use_selected} on the device. Row i <
+// n_raw is the ring's row (first + i) % window, row n_raw + j the compressed row selected[j]
+// where use_selected, else j. `rows` is then not read.
+struct VisibleRows {
+    const float *ring = nullptr;
+    int64_t window = 0;
+    const float *comp = nullptr;
+    const int32_t *selected = nullptr;
+    const int64_t *words = nullptr;
+};
+
+// One token's mix output as the grouped output projection takes it: the inverse RoPE of each
+// head's tail (its last 2 n_freq values, at the position *pos) and the Q8_0 activation of all
+// heads into xq, xd, in the mix's launch (vector_ops.h rope_tail_q8_0's operations, bit for
+// bit). d a multiple of 32.
+struct MixRopeQ8_0 {
+    const double *freqs = nullptr;
+    int64_t n_freq = 0;
+    const int64_t *pos = nullptr;
+    int8_t *xq = nullptr;
+    float *xd = nullptr;
+};
+
 // q: [n_heads][d]; rows: [n_rows][d]; scores: [n_heads][n_rows] (all device). d a multiple of
 // 32; q and rows 16-byte aligned.
 // n_rows_dev (device, optional): the row count read on the device, at most n_rows (which then
 // only sizes the grid), for a step captured once and replayed at every position.
 void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_heads, int64_t d,
                       float *scores, cudaStream_t stream, const int64_t *n_rows_dev = nullptr,
-                      AttentionTokens tokens = {});
+                      AttentionTokens tokens = {}, const VisibleRows *visible = nullptr);
 
 // scores as attention_scores wrote them (read only); sinks: [n_heads]; o: [n_heads][d]. Any d,
 // any row count (e is staged a tile of rows at a time); a batch with d a multiple of 4 from 260
-// to 512 reads rows as float4s (16-byte aligned).
+// to 512 reads rows as float4s (16-byte aligned). visible and rope_q8_0: one token only.
 void attention_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks,
                    float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream,
-                   const int64_t *n_rows_dev = nullptr, AttentionTokens tokens = {});
+                   const int64_t *n_rows_dev = nullptr, AttentionTokens tokens = {},
+                   const VisibleRows *visible = nullptr, const MixRopeQ8_0 *rope_q8_0 = nullptr);
 
 }  // namespace ds4::cuda

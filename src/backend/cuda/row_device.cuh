@@ -139,6 +139,24 @@ __device__ inline void rope_pair(float *x, int64_t k, double freq, int64_t pos, 
     x[2 * k + 1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
+// rope_pair with the pair (x[2k], x[2k + 1]) in lanes 2k and 2k + 1 of a warp: v is the lane's
+// value, j its index in the row, tail (even) the row's first rotated index. Each lane computes
+// its half of the rotation from the other's value (a shuffle: every lane of the warp calls this)
+// with rope_pair's operations; a lane before the tail gets v back.
+__device__ inline float rope_pair_lanes(float v, int64_t j, int64_t tail, const double *freqs,
+                                        int64_t pos, bool inverse) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, 1);
+    if (j < tail) return v;
+    const int64_t k = (j - tail) / 2;
+    const double theta = double(pos) * freqs[k];
+    const float c = static_cast<float>(cos(theta));
+    const float s = static_cast<float>(inverse ? -sin(theta) : sin(theta));
+    const bool first = (j - tail) % 2 == 0;
+    const float x0 = first ? v : other, x1 = first ? other : v;
+    return first ? __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s))
+                 : __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
 // backend/cpu/compressor_pool.h over n candidates, candidate i's score score_at(i) and value
 // kv_at(i): the max, e = exp(s - max), den and num in candidate order, num / den; 0 when no
 // candidate was written (max -inf).

@@ -117,19 +117,8 @@ __global__ void rope_q8_0_kernel(float *__restrict__ heads, int64_t n_values, in
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n_values) return;  // whole warps: n_values is a multiple of 32
     const int64_t j = i % head_dim, tail = head_dim - 2 * n_freq;
-    float v = heads[i];
-    const float other = __shfl_xor_sync(0xffffffffu, v, 1);
-    if (j >= tail) {  // the warp's lanes agree pairwise (tail is even)
-        const int64_t k = (j - tail) / 2;
-        const double theta = double(*pos) * freqs[k];
-        const float c = static_cast<float>(cos(theta));
-        const float s = static_cast<float>(inverse ? -sin(theta) : sin(theta));
-        const bool first = (j - tail) % 2 == 0;
-        const float x0 = first ? v : other, x1 = first ? other : v;
-        v = first ? __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s))
-                  : __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-        heads[i] = v;
-    }
+    const float v = dev::rope_pair_lanes(heads[i], j, tail, freqs, *pos, inverse);
+    if (j >= tail) heads[i] = v;
     dev::quantize_q8_0_lane(v, xq + i / 32 * 32, xd + i / 32);
 }
 

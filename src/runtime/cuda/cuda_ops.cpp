@@ -481,8 +481,8 @@ cuda::Q8_KActivation CudaOps::quantize_q8_k_batch(const float *x, int64_t n) {
 void CudaOps::quantize_q8_0(const float *x, int64_t n) {
     if (sc_->quantized.x == x && sc_->quantized.n == n) return;
     if (size_t(n) > sc_->xq.bytes())
-        throw Error(
-            fmt::format("CUDA backend: {} activations exceed the scratch of {}", n, sc_->xq.bytes()));
+        throw Error(fmt::format("CUDA backend: {} activations exceed the scratch of {}", n,
+                                sc_->xq.bytes()));
     cuda::quantize_q8_0_activation(x, n, sc_->xq.as<int8_t>(), sc_->xd.as<float>(), s_);
     sc_->quantized = {x, n};
 }
@@ -656,8 +656,8 @@ void CudaOps::rms_norm(const float *x, model::Tensor w, float *y, int64_t m, int
     const ProfileScope scope(profile_, s_, "rms_norm");
     // One token's norm quantizes its output too: the next operations are its Q8_0 products.
     if (m == 1 && size_t(n) <= sc_->xq.bytes() &&
-        cuda::rms_norm_q8_0(x, m_.vec(w), y, 1, n, hp_.rms_eps, sc_->xq.as<int8_t>(), sc_->xd.as<float>(),
-                            s_)) {
+        cuda::rms_norm_q8_0(x, m_.vec(w), y, 1, n, hp_.rms_eps, sc_->xq.as<int8_t>(),
+                            sc_->xd.as<float>(), s_)) {
         sc_->quantized = {y, n};
         return;
     }
@@ -966,13 +966,18 @@ void CudaOps::attend(uint32_t il, const float *Q, int64_t t0, int64_t n, size_t 
         hp.sliding_window + (r ? (indexed ? std::min<int64_t>(cap, hp.idx_top_k) : cap) : 0);
     const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
     const int64_t stride = int64_t(step_words());
-    // Visible rows of each token: the raw window (oldest first), then the compressed rows.
+    // Visible rows of each token: the raw window (oldest first), then the compressed rows. One
+    // token reads them where they are (the ring and the compressed rows); a batch's are gathered.
     float *rows = rows_.as<float>();
-    {
+    const int32_t *selected = selected_.as<int32_t>() + t0 * hp.idx_top_k;
+    const cuda::VisibleRows in_place{kv_[il].raw.as<float>(), ring_rows_, kv_[il].comp.as<float>(),
+                                     selected, word(t0, gather_word)};
+    const cuda::VisibleRows *visible = batch_ == 1 && n == 1 ? &in_place : nullptr;
+    if (!visible) {
         const ProfileScope scope(profile_, s_, "attn gather");
         cuda::gather_rows_step(kv_[il].raw.as<float>(), ring_rows_, kv_[il].comp.as<float>(),
-                               selected_.as<int32_t>() + t0 * hp.idx_top_k, word(t0, gather_word),
-                               max_rows, D, rows, s_, int(n), stride, hp.idx_top_k);
+                               selected, word(t0, gather_word), max_rows, D, rows, s_, int(n),
+                               stride, hp.idx_top_k);
     }
     const cuda::AttentionTokens tokens{int(n), stride};
     const float *q = Q + t0 * H * D;
@@ -980,19 +985,21 @@ void CudaOps::attend(uint32_t il, const float *Q, int64_t t0, int64_t n, size_t 
     {
         const ProfileScope scope(profile_, s_, "attn scores");
         cuda::attention_scores(q, rows, max_rows, H, D, scores_.as<float>(), s_,
-                               word(t0, rows_word), tokens);
+                               word(t0, rows_word), tokens, visible);
     }
     const ProfileScope scope(profile_, s_, "attn mix+rope");
-    cuda::attention_mix(scores_.as<float>(), rows, max_rows, m_.vec(L.attn_sinks), scale, H, D, o,
-                        s_, word(t0, rows_word), tokens);
-    // One token's heads are quantized for the grouped output projection in the same launch (the
-    // step's last write of O; linear_groups finds them in the scratch).
+    // One token's heads are also rotated back and quantized for the grouped output projection in
+    // the mix's launch (the step's last write of O; linear_groups finds them in the scratch).
     if (batch_ == 1 && size_t(H * D) <= sc_->xq.bytes() && D % 32 == 0) {
-        cuda::rope_tail_q8_0(o, H, D, freqs(il), hp.n_rot / 2, word(t0, kPos), true,
-                             sc_->xq.as<int8_t>(), sc_->xd.as<float>(), s_);
+        const cuda::MixRopeQ8_0 rope_q8_0{freqs(il), hp.n_rot / 2, word(t0, kPos),
+                                          sc_->xq.as<int8_t>(), sc_->xd.as<float>()};
+        cuda::attention_mix(scores_.as<float>(), rows, max_rows, m_.vec(L.attn_sinks), scale, H, D,
+                            o, s_, word(t0, rows_word), tokens, visible, &rope_q8_0);
         sc_->quantized = {o, H * D};
         return;
     }
+    cuda::attention_mix(scores_.as<float>(), rows, max_rows, m_.vec(L.attn_sinks), scale, H, D, o,
+                        s_, word(t0, rows_word), tokens, visible);
     cuda::rope_tail(o, H, D, freqs(il), hp.n_rot / 2, word(t0, kPos), true, s_, int(n), stride);
 }
 
@@ -1081,8 +1088,8 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
             quantized =
                 cuda::swiglu_slots_q8_K(h, up_.as<float>(), K, F, c, weights, h, q8k_scratch(), s_);
         else if (down.q8_0 && size_t(K * F) <= sc_->xq.bytes() &&
-                 cuda::swiglu_slots_q8_0(h, up_.as<float>(), K, F, c, weights, h, sc_->xq.as<int8_t>(),
-                                         sc_->xd.as<float>(), s_)) {
+                 cuda::swiglu_slots_q8_0(h, up_.as<float>(), K, F, c, weights, h,
+                                         sc_->xq.as<int8_t>(), sc_->xd.as<float>(), s_)) {
             quantized = true;
             sc_->quantized = {h, K * F};
         }
@@ -1149,8 +1156,8 @@ void CudaOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp
     // One token's SwiGLU quantizes its output too: the next operation is the shared expert's
     // down product (Q8_0 in the published files).
     if (m == 1 && size_t(n) <= sc_->xq.bytes() &&
-        cuda::swiglu_slots_q8_0(G, U, 1, n, clamp, nullptr, G, sc_->xq.as<int8_t>(), sc_->xd.as<float>(),
-                                s_)) {
+        cuda::swiglu_slots_q8_0(G, U, 1, n, clamp, nullptr, G, sc_->xq.as<int8_t>(),
+                                sc_->xd.as<float>(), s_)) {
         sc_->quantized = {G, n};
         return;
     }
