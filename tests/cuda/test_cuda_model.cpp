@@ -261,6 +261,22 @@ TEST(CudaModel, RunToRunChunkedAndSnapshotsAreBitExact) {
         ASSERT_EQ(le, lg) << "graph against eager, step " << step;
     }
 
+    // A decode step's independent work runs on a second stream (runtime/ops.h begin_branch);
+    // on the main stream alone (DS4_CUDA_BRANCHES=0) it gives the same bits, token by token
+    // from the first position and across windows that complete and the indexer's start.
+    setenv("DS4_CUDA_BRANCHES", "0", 1);
+    Session serial(*gpu, {.ctx = 256, .chunk = 1});
+    unsetenv("DS4_CUDA_BRANCHES");
+    Session branched(*gpu, {.ctx = 256, .chunk = 1});
+    std::vector<float> ls = serial.eval(p), lb2 = branched.eval(p);
+    ASSERT_EQ(ls, lb2) << "one-token steps of the prompt, branches against none";
+    for (int step = 0; step < 24; ++step) {
+        const std::vector<int32_t> next{runtime::argmax(ls)};
+        ls = serial.eval(next);
+        lb2 = branched.eval(next);
+        ASSERT_EQ(ls, lb2) << "branches against none, step " << step;
+    }
+
     const Session::Snapshot snap = a.save();
     const std::vector<float> next = a.eval(std::vector<int32_t>{3});
     a.eval(std::vector<int32_t>{4, 5});

@@ -148,21 +148,22 @@ TEST(CudaStepWords, IndexerWithRowCountOnTheDevice) {
 
 // A decode step reads its visible rows where they are: the scores and the mix on VisibleRows
 // equal them on the rows gather_rows_step copies, bit for bit, with and without the indexer's
-// selection and with the window wrapped around the ring.
+// selection, with the window wrapped around the ring, over more rows than one of the mix's
+// tiles (256) and with a head count that leaves warps of the mix without a head.
 TEST(CudaStepWords, AttentionOnRowsInPlaceEqualsGatheredRows) {
     DS4_REQUIRE_CUDA_DEVICE();
-    constexpr int64_t kHeads = 16, kD = 128, kWindow = 8, kComp = 40, kMax = kWindow + 24;
+    constexpr int64_t kHeads = 12, kD = 128, kWindow = 8, kComp = 300, kMax = kWindow + 280;
     const auto q = random_floats(kHeads * kD, 21, 1.0f), sinks = random_floats(kHeads, 22, 1.0f);
     const auto ring = random_floats(kWindow * kD, 23, 1.0f),
                comp = random_floats(kComp * kD, 24, 1.0f);
-    std::vector<int32_t> sel(24);
+    std::vector<int32_t> sel(280);  // distinct ids, out of order (7 and 300 are coprime)
     for (size_t i = 0; i < sel.size(); ++i) sel[i] = int32_t((7 * i + 3) % kComp);
     const DeviceBuffer dq = to_device(q), dsinks = to_device(sinks), dring = to_device(ring),
                        dcomp = to_device(comp), dsel = to_device(sel);
     struct Case {
         int64_t first, n_raw, n_sel, use_selected;
     };
-    for (const Case c : {Case{13, 8, 24, 1}, Case{0, 3, 0, 0}, Case{5, 8, 20, 0}}) {
+    for (const Case c : {Case{13, 8, 280, 1}, Case{0, 3, 0, 0}, Case{5, 8, 270, 0}}) {
         const DeviceBuffer words =
             to_device(std::vector<int64_t>{c.first, c.n_raw, c.n_sel, c.use_selected});
         const DeviceBuffer dn = to_device(std::vector<int64_t>{c.n_raw + c.n_sel});
@@ -198,7 +199,7 @@ TEST(CudaStepWords, AttentionOnRowsInPlaceEqualsGatheredRows) {
 // the mix followed by rope_tail_q8_0: the output heads, the codes and the scales, bit for bit.
 TEST(CudaStepWords, MixWithRopeAndQ8_0EqualsMixThenRopeTailQ8_0) {
     DS4_REQUIRE_CUDA_DEVICE();
-    constexpr int64_t kHeads = 16, kD = 128, kRows = 37, kFreq = 32;
+    constexpr int64_t kHeads = 12, kD = 128, kRows = 300, kFreq = 32;
     const auto q = random_floats(kHeads * kD, 31, 1.0f), rows = random_floats(kRows * kD, 32, 1.0f);
     const auto sinks = random_floats(kHeads, 33, 1.0f);
     std::vector<double> freqs(kFreq);

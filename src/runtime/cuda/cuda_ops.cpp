@@ -284,12 +284,20 @@ void CudaOps::join_side_stream() {
 }
 
 void CudaOps::abort_step() {
-    // A capture's forked work must be joined before the capture can end.
-    if (in_branch_) (void)cudaEventRecord(branch_end_, branch_);
+    // A capture's forked work must be joined before the capture can end: all of the branch's
+    // (an exception may come in a branch, or while the attention core adds its compressors).
+    if (in_branch_ || branch_open_) {
+        (void)cudaEventRecord(branch_end_, branch_);
+        (void)cudaStreamWaitEvent(main_, branch_end_, 0);
+    }
     s_ = main_;
     sc_ = &scratch_[0];
-    if (branch_open_) (void)cudaStreamWaitEvent(main_, branch_end_, 0);
     in_branch_ = branch_open_ = join_pending_ = false;
+    // What a thrown step deferred or tracked is not the next step's.
+    pending_.clear();
+    pending_x_ = nullptr;
+    pending_sum_ = {};
+    for (TokenScratch &t : scratch_) t.quantized = {};
     if (comb_pending_) {
         comb_pending_ = false;
         (void)cudaStreamWaitEvent(s_, comb_ready_, 0);
@@ -319,6 +327,7 @@ void CudaOps::begin_branch() {
     if (!branches()) return;
     hash_op(kBranchOp, {0});
     if (replay_) return;
+    settle_branch();  // a joined branch that no operation has waited for yet
     if (in_branch_ || branch_open_) throw Error("CUDA backend: a branch inside a branch");
     // The pending work is the main line's (the branch reads what it writes).
     flush_float_products();
@@ -1201,6 +1210,8 @@ void CudaOps::read(const float *x, size_t n, float *host) {
 
 std::shared_ptr<const BackendState> CudaOps::save() const {
     if (graph_.capturing()) throw Error("CUDA backend: save() during a step");
+    // The state is copied on the main stream; a step that threw may have left branch work.
+    DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
     auto st = std::make_shared<CudaState>();
     st->n_past = n_past_;
     // As serialised: the rows in use at 2 or 4 bytes a value, the compressor windows as f32.
@@ -1218,9 +1229,9 @@ std::shared_ptr<const BackendState> CudaOps::save() const {
         LayerKv &copy = st->layers.emplace_back();
         const auto from = l.buffers();
         const auto to = copy.buffers();
-        for (size_t i = 0; i < from.size(); ++i) *to[i] = clone(*from[i], s_);
+        for (size_t i = 0; i < from.size(); ++i) *to[i] = clone(*from[i], main_);
     }
-    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+    DS4_CUDA_CHECK(cudaStreamSynchronize(main_));
     return st;
 }
 
@@ -1232,10 +1243,10 @@ void CudaOps::restore(const BackendState &state) {
     for (size_t il = 0; il < kv_.size(); ++il) {
         const auto from = st->layers[il].buffers();
         const auto to = kv_[il].buffers();
-        for (size_t i = 0; i < from.size(); ++i) copy_into(*to[i], *from[i], s_);
+        for (size_t i = 0; i < from.size(); ++i) copy_into(*to[i], *from[i], main_);
     }
     n_past_ = st->n_past;
-    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+    DS4_CUDA_CHECK(cudaStreamSynchronize(main_));
 }
 
 namespace {
@@ -1265,13 +1276,15 @@ void CudaOps::copy_window_rows(float *rows, uint32_t il, bool to_ring) const {
         const int64_t slot = p % ring_rows_, n = std::min(n_past_ - p, ring_rows_ - slot);
         float *r = ring + slot * D, *t = rows + (p - first) * D;
         DS4_CUDA_CHECK(cudaMemcpyAsync(to_ring ? r : t, to_ring ? t : r, size_t(n * D) * 4,
-                                       cudaMemcpyDeviceToDevice, s_));
+                                       cudaMemcpyDeviceToDevice, main_));
         p += n;
     }
 }
 
 std::shared_ptr<const BackendState> CudaOps::save_tail() const {
     if (graph_.capturing()) throw Error("CUDA backend: save_tail() during a step");
+    // The state is copied on the main stream; a step that threw may have left branch work.
+    DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
     auto t = std::make_shared<CudaTail>();
     t->n_past = n_past_;
     const size_t window = size_t(hp_.sliding_window) * hp_.head_dim;
@@ -1283,11 +1296,11 @@ std::shared_ptr<const BackendState> CudaOps::save_tail() const {
         const auto src = window_buffers(kv_[il]);
         const auto dst = window_buffers(copy);
         for (size_t i = 0; i < src.size(); ++i) {
-            *dst[i] = clone(*src[i], s_);
+            *dst[i] = clone(*src[i], main_);
             t->payload += src[i]->bytes();
         }
     }
-    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+    DS4_CUDA_CHECK(cudaStreamSynchronize(main_));
     return t;
 }
 
@@ -1302,9 +1315,9 @@ void CudaOps::rewind(const BackendState &tail) {
         copy_window_rows(t->layers[il].raw.as<float>(), il, true);
         const auto src = window_buffers(t->layers[il]);
         const auto dst = window_buffers(kv_[il]);
-        for (size_t i = 0; i < src.size(); ++i) copy_into(*dst[i], *src[i], s_);
+        for (size_t i = 0; i < src.size(); ++i) copy_into(*dst[i], *src[i], main_);
     }
-    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+    DS4_CUDA_CHECK(cudaStreamSynchronize(main_));
 }
 
 namespace {
@@ -1327,6 +1340,8 @@ void check_window(const cuda::DeviceBuffer &b, const std::vector<float> &host) {
 
 void CudaOps::write_state(std::ostream &out) const {
     if (graph_.capturing()) throw Error("CUDA backend: write_state() during a step");
+    // The state is copied on the main stream; a step that threw may have left branch work.
+    DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
     const int64_t D = hp_.head_dim, I = hp_.idx_head_dim, W = hp_.sliding_window;
     const int64_t first = std::max<int64_t>(0, n_past_ - W);
     KvCache c(hp_, ctx_, f16_);
@@ -1337,22 +1352,22 @@ void CudaOps::write_state(std::ostream &out) const {
         const LayerKv &k = kv_[il];
         LayerState &L = c.layers[il];
         copy_window_rows(window.as<float>(), il, false);
-        download(window.get(), raw.data(), raw.size() * sizeof(float), s_);
+        download(window.get(), raw.data(), raw.size() * sizeof(float), main_);
         const uint32_t r = hp_.compress_ratio[il];
         const int64_t rows = r ? n_past_ / r : 0;
         comp.resize(size_t(rows * D));
         idx.resize(k.idx.bytes() ? size_t(rows * I) : 0);
-        download(k.comp.get(), comp.data(), comp.size() * sizeof(float), s_);
-        download(k.idx.get(), idx.data(), idx.size() * sizeof(float), s_);
+        download(k.comp.get(), comp.data(), comp.size() * sizeof(float), main_);
+        download(k.idx.get(), idx.data(), idx.size() * sizeof(float), main_);
         if (r) {
             check_window(k.comp_kv, L.comp_state.kv);
-            download(k.comp_kv.get(), L.comp_state.kv.data(), k.comp_kv.bytes(), s_);
-            download(k.comp_score.get(), L.comp_state.score.data(), k.comp_score.bytes(), s_);
+            download(k.comp_kv.get(), L.comp_state.kv.data(), k.comp_kv.bytes(), main_);
+            download(k.comp_score.get(), L.comp_state.score.data(), k.comp_score.bytes(), main_);
             check_window(k.idx_kv, L.idx_state.kv);
-            download(k.idx_kv.get(), L.idx_state.kv.data(), k.idx_kv.bytes(), s_);
-            download(k.idx_score.get(), L.idx_state.score.data(), k.idx_score.bytes(), s_);
+            download(k.idx_kv.get(), L.idx_state.kv.data(), k.idx_kv.bytes(), main_);
+            download(k.idx_score.get(), L.idx_state.score.data(), k.idx_score.bytes(), main_);
         }
-        DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+        DS4_CUDA_CHECK(cudaStreamSynchronize(main_));
         // The raw ring of the CPU: position p at slot p % W (f16 rows hold f16 values already).
         for (int64_t p = first; p < n_past_; ++p) L.raw.set(size_t(p % W), &raw[(p - first) * D]);
         for (int64_t i = 0; i < rows; ++i) L.comp.push(&comp[i * D]);

@@ -158,7 +158,7 @@ class CudaOps final : public Ops {
     // expert on the device, each expert's weights read once per tile of its pairs.
     void moe_routed_grouped(uint32_t il, const float *XN, const float *logits, int64_t m,
                             float *slot_out);
-    // Skipped where the scratch already holds x's n values (quantized_q8_0_ says whose).
+    // Skipped where the scratch already holds x's n values (sc_->quantized says whose).
     void quantize_q8_0(const float *x, int64_t n);
     // One token's float product y = W x (m == 1), deferred: consecutive products of one x run
     // as one launch (matvec_float_many) when the next operation comes (every operation but a
