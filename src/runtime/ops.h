@@ -102,10 +102,9 @@ class Ops {
     // Independent work, stated by the model order (a backend may run it beside the main line;
     // the defaults run every operation in order, as the CPU does): the operations between
     // begin_branch() and end_branch() read only what was written before begin_branch() or by
-    // the branch itself, and
-    // the operations after end_branch() neither read nor write what the branch writes, nor
-    // write what it reads, until join_branch(). One branch at a time, ended and joined within
-    // the sublayer that began it.
+    // the branch itself, and the operations after end_branch() neither read nor write what the
+    // branch writes, nor write what it reads, until join_branch(). One branch at a time, ended
+    // and joined within the sublayer that began it.
     virtual void begin_branch() {}
     virtual void end_branch() {}
     virtual void join_branch() {}
