@@ -432,13 +432,6 @@ void attention_mix(float *scores, const float *rows, int64_t n_rows, const float
                       !rope_q8_0->xd || !rope_q8_0->pos))
         throw ds4::Error("attention_mix: the rotation and Q8_0 output for one token, d % 32 == 0");
     if (n_heads == 0) return;
-    if (tokens.n == 1) {
-        launch_mix<1, 1>(scores, rows, n_rows, sinks, scale, n_heads, d, o, stream, n_rows_dev,
-                         tokens, visible ? *visible : VisibleRows{},
-                         rope_q8_0 ? *rope_q8_0 : MixRopeQ8_0{});
-        DS4_CUDA_CHECK(cudaGetLastError());
-        return;
-    }
     // A batch has blocks enough with whole heads; one token wants the dim slices.
     if (tokens.n >= 4 && d > 256 && d <= kBatchDims && d % 4 == 0) {
         static const bool sized = [] {  // more shared memory than a static array may have
@@ -454,9 +447,10 @@ void attention_mix(float *scores, const float *rows, int64_t n_rows, const float
     } else if (tokens.n >= 4 && d > 64) {
         launch_mix<4, 2>(scores, rows, n_rows, sinks, scale, n_heads, d, o, stream, n_rows_dev,
                          tokens);
-    } else {
+    } else {  // one token (the only launch that takes visible and rope_q8_0: checked above)
         launch_mix<1, 1>(scores, rows, n_rows, sinks, scale, n_heads, d, o, stream, n_rows_dev,
-                         tokens);
+                         tokens, visible ? *visible : VisibleRows{},
+                         rope_q8_0 ? *rope_q8_0 : MixRopeQ8_0{});
     }
     DS4_CUDA_CHECK(cudaGetLastError());
 }

@@ -290,8 +290,7 @@ void CudaOps::abort_step() {
         (void)cudaEventRecord(branch_end_, branch_);
         (void)cudaStreamWaitEvent(main_, branch_end_, 0);
     }
-    s_ = main_;
-    sc_ = &scratch_[0];
+    use_stream(false);
     in_branch_ = branch_open_ = join_pending_ = false;
     // What a thrown step deferred or tracked is not the next step's.
     pending_.clear();
@@ -307,6 +306,16 @@ void CudaOps::abort_step() {
 
 bool CudaOps::skipped(const std::string &name) const {
     return batch_ == 1 && !skip_.empty() && skip_.count(name.substr(0, name.find(' '))) != 0;
+}
+
+void CudaOps::use_stream(bool branch) {
+    s_ = branch ? branch_ : main_;
+    sc_ = &scratch_[branch ? 1 : 0];
+}
+
+void CudaOps::leave_branch_stream() {
+    DS4_CUDA_CHECK(cudaEventRecord(branch_end_, branch_));
+    use_stream(false);
 }
 
 bool CudaOps::branches() const {
@@ -334,8 +343,7 @@ void CudaOps::begin_branch() {
     flush_moe_sum();
     DS4_CUDA_CHECK(cudaEventRecord(branch_start_, main_));
     DS4_CUDA_CHECK(cudaStreamWaitEvent(branch_, branch_start_, 0));
-    s_ = branch_;
-    sc_ = &scratch_[1];
+    use_stream(true);
     sc_->quantized = {};  // what it held is from an earlier step or sublayer
     in_branch_ = branch_open_ = true;
 }
@@ -347,9 +355,7 @@ void CudaOps::end_branch() {
     if (!in_branch_) throw Error("CUDA backend: end_branch without begin_branch");
     flush_float_products();
     flush_moe_sum();
-    DS4_CUDA_CHECK(cudaEventRecord(branch_end_, branch_));
-    s_ = main_;
-    sc_ = &scratch_[0];
+    leave_branch_stream();
     in_branch_ = false;
 }
 
@@ -368,8 +374,7 @@ void CudaOps::settle_branch() {
 }
 
 void CudaOps::begin_batch(std::span<const int32_t> tokens) {
-    abort_step();  // a capture an exception left open
-    sc_->quantized = {};
+    abort_step();  // a capture an exception left open (and what the last step tracked)
     if (tokens.size() > max_batch_)
         throw Error(fmt::format("CUDA backend: a batch of {} tokens exceeds the session's {}",
                                 tokens.size(), max_batch_));
@@ -861,12 +866,9 @@ void CudaOps::attention_core(uint32_t il, const AttentionInputs &in, int64_t m, 
     }
     if (join_pending_) {
         // The compressors read the branch's products (runtime/attention.cpp): on the branch.
-        s_ = branch_;
-        sc_ = &scratch_[1];
+        use_stream(true);
         compress_tokens(il, in, m);
-        DS4_CUDA_CHECK(cudaEventRecord(branch_end_, branch_));
-        s_ = main_;
-        sc_ = &scratch_[0];
+        leave_branch_stream();
         settle_branch();
     } else {
         compress_tokens(il, in, m);

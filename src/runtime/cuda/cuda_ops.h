@@ -200,6 +200,10 @@ class CudaOps final : public Ops {
     void settle_branch();
     // Whether begin_branch runs a branch on its own stream (a one-token step).
     bool branches() const;
+    // Operations go to the branch's stream and scratch, or the main line's.
+    void use_stream(bool branch);
+    // Back to the main line, branch_end_ marking the branch's work so far.
+    void leave_branch_stream();
     // Whether DS4_CUDA_SKIP names the operation (or, for a product, its weight's role: the
     // tensor name without its layer and suffix, e.g. attn_q_b), in a one-token step.
     bool skipped(const std::string &name) const;
