@@ -5,7 +5,9 @@
 // Every integer product is exact for every valid block, -128 activations and weights included:
 //   Q8_0       both operands widened to int16, vpmaddwd;
 //   MXFP4      |x| (<= 128) as the unsigned VNNI operand, the sign of x moved onto w (<= 12);
-//   Q2_K, Q4_K unsigned quants times signed activations with maddubs (pairs never saturate for
+//   Q2_K       the 2-bit quant times its 4-bit sub-block scale (<= 45) as the unsigned VNNI
+//   operand; Q4_K       unsigned quants times signed activations with maddubs (pairs never saturate
+//   for
 //              quants <= 15), then vpdpwssd multiplies the int16 pairs by the sub-block scales;
 //   IQ2_XXS    |qy| times the grid value carrying both signs, then vpdpwssd by the group scale.
 // The K-quant and IQ2 kernels hold 64 values per zmm register.
@@ -596,26 +598,28 @@ namespace {
 
 // The weight side of one Q2_K super-block, decoded once for any number of activation rows.
 // Value 64t + i (t = 0..3) is bits 2*(2*(t%2) + i/32) of byte i%32 of half t/2, so v[t] holds
-// sub-blocks 4t..4t+3, each as 4 int32 lanes after vpdpwssd with scale[t].
+// sub-blocks 4t..4t+3, one per 128-bit lane. Each byte holds its value times its sub-block's
+// scale, sc * q <= 15 * 3 = 45, so that one vpdpbusd (unsigned weight, signed activation) gives
+// int32 lane l = sum over its 4 values of sc * q * x: the same integer as sc * (sum q * x).
 struct Q2kBlockWeights {
-    __m512i v[4];      // 2-bit values, one byte each
-    __m512i scale[4];  // int32 lane i <- sub-scale of sub-block 4t + i/4, in both int16 halves
-    __m256i mins;      // the 16 sub-mins as int16
-    float d, dmin;     // f16(d), f16(dmin)
+    __m512i v[4];   // sc * q, one byte each
+    __m256i mins;   // the 16 sub-mins as int16
+    float d, dmin;  // f16(d), f16(dmin)
 };
 
-// vpshufb controls of step t: 128-bit lane L holds sub-block 4t + L, its 4-bit scale copied into
-// both int16 halves of each int32 (bytes s, 0, s, 0; 0x80 selects zero).
+// The products sc * q are looked up by vpshufb: 128-bit lane L of a table holds in dword t the
+// bytes sc_k * (0, 1, 2, 3) of sub-block k = 4t + L (the 16 scales transposed as a 4 x 4 byte
+// matrix, widened to dwords, one vpmulld by 0x03020100: no byte carries, 3 * 15 < 256), so step
+// t indexes it by 4t + q, where q is a value of that lane's sub-block.
 struct Q2kScaleControls {
-    __m512i step[4];
-    Q2kScaleControls() {
-        alignas(64) int8_t c[4][64];
-        for (int t = 0; t < 4; ++t)
-            for (int p = 0; p < 64; ++p)
-                c[t][p] = (p % 2 == 0) ? static_cast<int8_t>(4 * t + p / 16) : int8_t(-128);
-        for (int t = 0; t < 4; ++t) step[t] = _mm512_load_si512(c[t]);
-    }
+    __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512i multiples = _mm512_set1_epi32(0x03020100);
+    __m512i step[4] = {_mm512_set1_epi8(0), _mm512_set1_epi8(4), _mm512_set1_epi8(8),
+                       _mm512_set1_epi8(12)};
 };
+
+// vpternlogd immediate of (a & b) | c
+constexpr int kAndOr = 0xEA;
 
 inline void q2k_block_weights(const BlockQ2_K &wq, const Q2kScaleControls &controls,
                               Q2kBlockWeights &bw) {
@@ -625,14 +629,16 @@ inline void q2k_block_weights(const BlockQ2_K &wq, const Q2kScaleControls &contr
     const __m512i shift_23 = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
     const __m128i packed = load128(wq.scales);
     bw.mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), mask4));
-    const __m512i scales = _mm512_broadcast_i32x4(_mm_and_si128(packed, mask4));
-    for (int t = 0; t < 4; ++t) bw.scale[t] = _mm512_shuffle_epi8(scales, controls.step[t]);
+    const __m128i scales = _mm_shuffle_epi8(_mm_and_si128(packed, mask4), controls.transpose);
+    const __m512i table = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(scales), controls.multiples);
     const __m512i bits_h0 = broadcast256(wq.qs);
     const __m512i bits_h1 = broadcast256(wq.qs + 32);
-    bw.v[0] = _mm512_and_si512(_mm512_srlv_epi64(bits_h0, shift_01), mask2);
-    bw.v[1] = _mm512_and_si512(_mm512_srlv_epi64(bits_h0, shift_23), mask2);
-    bw.v[2] = _mm512_and_si512(_mm512_srlv_epi64(bits_h1, shift_01), mask2);
-    bw.v[3] = _mm512_and_si512(_mm512_srlv_epi64(bits_h1, shift_23), mask2);
+    const __m512i bits[4] = {
+        _mm512_srlv_epi64(bits_h0, shift_01), _mm512_srlv_epi64(bits_h0, shift_23),
+        _mm512_srlv_epi64(bits_h1, shift_01), _mm512_srlv_epi64(bits_h1, shift_23)};
+    for (int t = 0; t < 4; ++t)
+        bw.v[t] = _mm512_shuffle_epi8(
+            table, _mm512_ternarylogic_epi32(bits[t], mask2, controls.step[t], kAndOr));
     bw.d = simd::f16_to_f32(wq.d);
     bw.dmin = simd::f16_to_f32(wq.dmin);
 }
@@ -645,9 +651,7 @@ inline void q2k_block_accumulate(const Q2kBlockWeights &bw, const BlockQ8_K &xq,
     const __m256i min_prod = _mm256_madd_epi16(bw.mins, load256(xq.bsums));
     acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(min_prod), acc_min);
     __m512i sumi = _mm512_setzero_si512();
-    for (int t = 0; t < 4; ++t)
-        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(bw.v[t], load512(xq.qs + 64 * t)),
-                                   bw.scale[t]);
+    for (int t = 0; t < 4; ++t) sumi = _mm512_dpbusd_epi32(sumi, bw.v[t], load512(xq.qs + 64 * t));
     acc = _mm512_fmadd_ps(_mm512_set1_ps(dall), _mm512_cvtepi32_ps(sumi), acc);
 }
 
