@@ -3,9 +3,8 @@
 // the block sizes (86,714,775,900 B for q2, 164,628,167,004 B for q4).
 #include <gtest/gtest.h>
 
-#include <deque>
-
 #include "gguf/gguf_writer.h"
+#include "in_memory_model.h"
 #include "model/model_summary.h"
 #include "model/synthetic_model.h"
 #include "model/tensor_layout.h"
@@ -16,31 +15,10 @@ using namespace ds4::model;
 
 namespace {
 
-struct InMemoryModel {
-    HParams hp;
-    std::deque<gguf::TensorInfo> infos;  // stable addresses
-    ModelWeights w;
-};
+using test::InMemoryModel;
 
 void build(InMemoryModel &m, GgmlType gate_up, GgmlType down) {
-    m.hp = shape_preset("flash", 129280);
-    m.w.layers.resize(m.hp.n_layer);
-    for_each_tensor(m.hp, &m.w, [&](const TensorSpec &s, const gguf::TensorInfo **slot) {
-        if (s.role == TensorRole::RouterBias && m.hp.is_hash_layer(static_cast<uint32_t>(s.layer)))
-            return;
-        GgmlType type = role_published_type(s.role);
-        if (s.role == TensorRole::RoutedGateUp) type = gate_up;
-        if (s.role == TensorRole::RoutedDown) type = down;
-        gguf::TensorInfo t;
-        t.name = s.name;
-        t.ne = s.ne;
-        t.type = type;
-        t.n_elements = 1;
-        for (auto d : s.ne) t.n_elements *= d;
-        t.n_bytes = gguf::tensor_n_bytes(type, s.ne);
-        m.infos.push_back(t);
-        *slot = &m.infos.back();
-    });
+    test::build_in_memory(m, shape_preset("flash", 129280), gate_up, down);
 }
 
 TEST(FlashLayout, TensorCountAndBytesMatchTheSpec) {
