@@ -14,43 +14,68 @@
 namespace ds4::runtime {
 namespace {
 
+using backend::cpu::RowSegment;
+
 const float *f32(model::Tensor t) {
     return reinterpret_cast<const float *>(t->data);
 }
 
-// softmax over the visible rows with the sink logit in the denominator only; K = V = the row;
-// inverse RoPE on the output's tail. q: H x D; rows: n_rows x D; o: H x D.
-void attend(ForwardContext &ctx, uint32_t il, const float *q, const std::vector<float> &rows,
-            size_t n_rows, int64_t p, float *o) {
+// What a token of the batch sees besides its raw window: the first n_comp compressed rows, or,
+// where the indexer selected, those rows (ascending).
+struct TokenView {
+    size_t n_comp = 0;
+    bool selects = false;
+    std::vector<uint32_t> selected;
+};
+
+// Rows i of a store into out (row i at out + (i - first) * width), on the pool.
+void gather(ForwardContext &ctx, const RowStore &store, size_t first, size_t end,
+            const std::vector<uint32_t> *index, float *out) {
+    const uint32_t w = store.width();
+    const int64_t n = static_cast<int64_t>(index ? index->size() : end - first);
+    ctx.pool.parallel_for(n, 32, [&](int64_t i0, int64_t i1, int) {
+        for (int64_t i = i0; i < i1; ++i)
+            store.get(index ? (*index)[size_t(i)] : first + size_t(i), out + size_t(i) * w);
+    });
+}
+
+// Heads [h0, h1) of one token: scores of its rows (two segments, in order), softmax with the
+// sink, the weighted sum of the rows, inverse RoPE on each output's tail. q: the token's H x D
+// queries; o: its H x D outputs.
+void attend_heads(ForwardContext &ctx, uint32_t il, const float *q, const RowSegment (&seg)[2],
+                  int64_t p, int64_t h0, int64_t h1, std::vector<float> &scores, float *o) {
     using namespace backend::cpu;
     const model::HParams &hp = ctx.hp;
-    const uint32_t H = hp.n_head, D = hp.head_dim;
+    const uint32_t D = hp.head_dim;
     const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
     const float *sinks = f32(ctx.w.layers[il].attn_sinks);
     const RopeFreqs &rope = ctx.rope_for_layer(il);
     // The f32 dot of the block-format kernels (SIMD, f64 accumulation, same result on every
-    // path). The multi-row form scores a thread's heads against each row at once, converting the
-    // row once for all of them, with the bits of vec_dot per head and row.
+    // path). The multi-row form scores the heads against each row at once, with the bits of
+    // vec_dot per head and row.
     const quant::TypeKernels &f32_dot = quant::kernels(GgmlType::F32);
     const size_t row_bytes = size_t(D) * sizeof(float);
-    ctx.pool.parallel_for(H, [&](int64_t h0, int64_t h1, int) {
-        std::vector<float> scores(size_t(h1 - h0) * n_rows);
-        if (f32_dot.vec_dot_multi != nullptr && n_rows > 0)
-            f32_dot.vec_dot_multi(D, rows.data(), row_bytes, static_cast<int64_t>(n_rows),
-                                  q + size_t(h0) * D, row_bytes, h1 - h0, scores.data(),
+    const size_t n_rows = seg[0].n + seg[1].n;
+    scores.resize(size_t(h1 - h0) * n_rows);
+    size_t offset = 0;
+    for (const RowSegment &s : seg) {
+        if (s.n == 0) continue;
+        if (f32_dot.vec_dot_multi != nullptr)
+            f32_dot.vec_dot_multi(D, s.rows, row_bytes, static_cast<int64_t>(s.n),
+                                  q + size_t(h0) * D, row_bytes, h1 - h0, scores.data() + offset,
                                   static_cast<int64_t>(n_rows));
         else
             for (int64_t h = h0; h < h1; ++h)
-                for (size_t j = 0; j < n_rows; ++j)
-                    scores[size_t(h - h0) * n_rows + j] =
-                        f32_dot.vec_dot(D, rows.data() + j * D, q + size_t(h) * D);
-        for (int64_t h = h0; h < h1; ++h) {
-            float *oh = o + size_t(h) * D;
-            attention_mix_head(scores.data() + size_t(h - h0) * n_rows, n_rows, scale, sinks[h],
-                               rows.data(), D, oh);
-            rope_tail(oh, D, rope, p, true);
-        }
-    });
+                for (size_t j = 0; j < s.n; ++j)
+                    scores[size_t(h - h0) * n_rows + offset + j] =
+                        f32_dot.vec_dot(D, s.rows + j * D, q + size_t(h) * D);
+        offset += s.n;
+    }
+    for (int64_t h = h0; h < h1; ++h) {
+        float *oh = o + size_t(h) * D;
+        attention_mix_head(scores.data() + size_t(h - h0) * n_rows, seg, 2, scale, sinks[h], D, oh);
+        rope_tail(oh, D, rope, p, true);
+    }
 }
 
 }  // namespace
@@ -61,6 +86,7 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
     const model::HParams &hp = ctx.hp;
     const model::LayerWeights &L = ctx.w.layers[il];
     const uint32_t H = hp.n_head, D = hp.head_dim;
+    const int64_t W = hp.sliding_window;
     const RopeFreqs &rope = ctx.rope_for_layer(il);
     const bool compressed = hp.compress_ratio[il] != 0;
     const bool indexed = hp.attention_kind(il) == model::AttentionKind::Overlapped;
@@ -76,67 +102,108 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
             }
         });
     }
-    // Per token, in position order: cache updates, then attention over what that token sees.
-    std::vector<float> kv(D), row(D), irow(hp.idx_head_dim), rows;
+
+    // The raw rows the batch sees, positions [base, p0 + n), as f32 copies of what the ring
+    // stores (the f16 rounding included): the rows before the batch are copied before its tokens
+    // overwrite their ring slots, each token's row as it is stored.
+    const int64_t base = std::max<int64_t>(0, p0 - W + 1);
+    std::vector<float> raw(size_t(p0 + n - base) * D);
+    {
+        CpuScope scope(ctx.profile, "attention: gather rows");
+        ctx.pool.parallel_for(p0 - base, 32, [&](int64_t i0, int64_t i1, int) {
+            for (int64_t i = i0; i < i1; ++i)
+                st.raw.get(static_cast<size_t>((base + i) % W), raw.data() + size_t(i) * D);
+        });
+    }
+
+    // Per token, in position order: the cache updates (the KV row, the compressors, the
+    // indexer's selection, which sees the rows pushed so far), and what the token sees.
+    std::vector<TokenView> view(static_cast<size_t>(n));
+    std::vector<float> kv(D), row(D), irow(hp.idx_head_dim);
     for (int64_t t = 0; t < n; ++t) {
         const int64_t p = p0 + t;
         CpuScope scope(ctx.profile, "attention: q, kv, compressors");
-        const float *q = in.q + t * H * D;
         // The token's KV row: rmsnorm, RoPE, FP8 on the non-rotary dims, into the window ring.
         rms_norm(in.kv + t * D, f32(L.attn_kv_a_norm), kv.data(), D, hp.rms_eps);
         rope_tail(kv.data(), D, rope, p, false);
         if (ctx.opts.qat_sim) fp8_e4m3_sim(kv.data(), hp.n_nope());
-        st.raw.set(static_cast<size_t>(p % hp.sliding_window), kv.data());
+        st.raw.set(static_cast<size_t>(p % W), kv.data());
+        st.raw.get(static_cast<size_t>(p % W), raw.data() + size_t(p - base) * D);
+        if (!compressed) continue;
 
-        std::vector<uint32_t> selected;
-        if (compressed) {
-            const size_t W = st.comp_state.width;
-            if (compressor_push(ctx, il, {L.comp_ape, L.comp_kv, L.comp_gate, L.comp_norm},
-                                st.comp_state, D, in.comp_kv + t * W, in.comp_score + t * W, p,
-                                row.data())) {
-                if (ctx.opts.qat_sim) fp8_e4m3_sim(row.data(), hp.n_nope());
-                st.comp.push(row.data());
-            }
-            if (indexed) {
-                const size_t IWd = st.idx_state.width;
-                if (compressor_push(
-                        ctx, il, {L.idx_comp_ape, L.idx_comp_kv, L.idx_comp_gate, L.idx_comp_norm},
-                        st.idx_state, hp.idx_head_dim, in.idx_kv + t * IWd, in.idx_score + t * IWd,
-                        p, irow.data())) {
-                    if (ctx.opts.qat_sim) indexer_qat(irow.data(), hp.idx_head_dim);
-                    st.idx.push(irow.data());
-                }
-                // (no queries where no token of the batch selects: attention.cpp)
-                scope.next("attention: indexer select");
-                selected = indexer_select(
-                    ctx, il, st,
-                    in.idx_q ? in.idx_q + t * hp.n_idx_head * hp.idx_head_dim : nullptr,
-                    in.idx_w ? in.idx_w + t * hp.n_idx_head : nullptr, p);
-            } else {
-                selected.resize(st.comp.size());
-                for (uint32_t c = 0; c < selected.size(); ++c) selected[c] = c;
-            }
+        const size_t W_comp = st.comp_state.width;
+        if (compressor_push(ctx, il, {L.comp_ape, L.comp_kv, L.comp_gate, L.comp_norm},
+                            st.comp_state, D, in.comp_kv + t * W_comp, in.comp_score + t * W_comp,
+                            p, row.data())) {
+            if (ctx.opts.qat_sim) fp8_e4m3_sim(row.data(), hp.n_nope());
+            st.comp.push(row.data());
         }
-
-        // Visible rows: the raw window (oldest first), then the compressed rows.
-        scope.next("attention: gather rows");
-        const int64_t first = std::max<int64_t>(0, p - hp.sliding_window + 1);
-        const size_t n_raw = static_cast<size_t>(p - first + 1);
-        // (On the pool: a row of f16 values converts at a few ns a value.)
-        rows.resize((n_raw + selected.size()) * D);
-        ctx.pool.parallel_for(
-            int64_t(n_raw + selected.size()), 32, [&](int64_t i0, int64_t i1, int) {
-                for (int64_t i = i0; i < i1; ++i) {
-                    float *out = rows.data() + size_t(i) * D;
-                    if (size_t(i) < n_raw)
-                        st.raw.get(static_cast<size_t>((first + i) % hp.sliding_window), out);
-                    else
-                        st.comp.get(selected[size_t(i) - n_raw], out);
-                }
-            });
-        scope.next("attention: attend");
-        attend(ctx, il, q, rows, n_raw + selected.size(), p, O + t * H * D);
+        TokenView &v = view[size_t(t)];
+        v.n_comp = st.comp.size();
+        if (!indexed) continue;
+        const size_t IWd = st.idx_state.width;
+        if (compressor_push(ctx, il,
+                            {L.idx_comp_ape, L.idx_comp_kv, L.idx_comp_gate, L.idx_comp_norm},
+                            st.idx_state, hp.idx_head_dim, in.idx_kv + t * IWd,
+                            in.idx_score + t * IWd, p, irow.data())) {
+            if (ctx.opts.qat_sim) indexer_qat(irow.data(), hp.idx_head_dim);
+            st.idx.push(irow.data());
+        }
+        // (no queries where no token of the batch selects: attention.cpp)
+        scope.next("attention: indexer select");
+        std::vector<uint32_t> selected = indexer_select(
+            ctx, il, st, in.idx_q ? in.idx_q + t * hp.n_idx_head * hp.idx_head_dim : nullptr,
+            in.idx_w ? in.idx_w + t * hp.n_idx_head : nullptr, p);
+        if (selected.size() < v.n_comp) v.selects = true, v.selected = std::move(selected);
     }
+
+    // The compressed rows the tokens that do not select see (a prefix of the store, the longest
+    // being the last such token's), copied once for the batch.
+    size_t n_shared = 0;
+    for (const TokenView &v : view)
+        if (!v.selects) n_shared = std::max(n_shared, v.n_comp);
+    std::vector<float> comp(n_shared * D);
+    CpuScope scope(ctx.profile, "attention: gather rows");
+    gather(ctx, st.comp, 0, n_shared, nullptr, comp.data());
+
+    // A batch of at least a token per thread: a task is a token (all its heads; a token that
+    // selects copies its rows there). A smaller batch (decode): a task is a range of one token's
+    // heads, and the rows of a token that selects are copied first, on the pool.
+    const bool by_token = n >= ctx.pool.n_threads();
+    std::vector<std::vector<float>> selected_rows(static_cast<size_t>(by_token ? 0 : n));
+    if (!by_token)
+        for (int64_t t = 0; t < n; ++t)
+            if (view[size_t(t)].selects) {
+                const std::vector<uint32_t> &sel = view[size_t(t)].selected;
+                selected_rows[size_t(t)].resize(sel.size() * D);
+                gather(ctx, st.comp, 0, 0, &sel, selected_rows[size_t(t)].data());
+            }
+    scope.next("attention: attend");
+    std::vector<std::vector<float>> scores(size_t(ctx.pool.n_threads())),
+        rows(size_t(ctx.pool.n_threads()));
+    ctx.pool.parallel_for(n * H, by_token ? H : 0, [&](int64_t i0, int64_t i1, int thread) {
+        for (int64_t i = i0; i < i1;) {
+            const int64_t t = i / H, h0 = i % H, h1 = std::min<int64_t>(H, h0 + (i1 - i));
+            const int64_t p = p0 + t;
+            const int64_t first = std::max<int64_t>(0, p - W + 1);
+            const TokenView &v = view[size_t(t)];
+            RowSegment seg[2] = {{raw.data() + size_t(first - base) * D, size_t(p - first + 1)},
+                                 {comp.data(), v.n_comp}};
+            if (v.selects) {
+                std::vector<float> &own =
+                    by_token ? rows[size_t(thread)] : selected_rows[size_t(t)];
+                if (by_token) {
+                    own.resize(v.selected.size() * D);
+                    for (size_t k = 0; k < v.selected.size(); ++k)
+                        st.comp.get(v.selected[k], own.data() + k * D);
+                }
+                seg[1] = {own.data(), v.selected.size()};
+            }
+            attend_heads(ctx, il, in.q + size_t(t) * H * D, seg, p, h0, h1, scores[size_t(thread)],
+                         O + size_t(t) * H * D);
+            i += h1 - h0;
+        }
+    });
 }
 
 }  // namespace ds4::runtime

@@ -23,8 +23,10 @@
 
 namespace ds4::backend::cpu {
 
-DS4_MIX_CLONES void attention_mix_head(float *sc, size_t n_rows, float scale, float sink,
-                                       const float *rows, uint32_t D, float *oh) {
+DS4_MIX_CLONES void attention_mix_head(float *sc, const RowSegment *segments, size_t n_segments,
+                                       float scale, float sink, uint32_t D, float *oh) {
+    size_t n_rows = 0;
+    for (size_t s = 0; s < n_segments; ++s) n_rows += segments[s].n;
     float mx = sink;
     for (size_t j = 0; j < n_rows; ++j) {
         sc[j] *= scale;
@@ -32,12 +34,14 @@ DS4_MIX_CLONES void attention_mix_head(float *sc, size_t n_rows, float scale, fl
     }
     float den = std::exp(sink - mx);
     std::fill(oh, oh + D, 0.0f);
-    for (size_t j = 0; j < n_rows; ++j) {
-        const float e = std::exp(sc[j] - mx);
-        den += e;
-        const float *v = rows + j * D;
-        for (uint32_t d = 0; d < D; ++d) oh[d] += e * v[d];
-    }
+    size_t j = 0;
+    for (size_t s = 0; s < n_segments; ++s)
+        for (size_t k = 0; k < segments[s].n; ++k, ++j) {
+            const float e = std::exp(sc[j] - mx);
+            den += e;
+            const float *v = segments[s].rows + k * D;
+            for (uint32_t d = 0; d < D; ++d) oh[d] += e * v[d];
+        }
     for (uint32_t d = 0; d < D; ++d) oh[d] /= den;
 }
 

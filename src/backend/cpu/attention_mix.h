@@ -8,8 +8,23 @@
 
 namespace ds4::backend::cpu {
 
-// scores: n_rows unscaled scores (scaled in place); rows: n_rows x d; o: d values.
-void attention_mix_head(float *scores, size_t n_rows, float scale, float sink, const float *rows,
-                        uint32_t d, float *o);
+// n rows of d values, contiguous.
+struct RowSegment {
+    const float *rows = nullptr;
+    size_t n = 0;
+};
+
+// scores: one unscaled score per row of the segments, in order (scaled in place); the rows are
+// the segments' rows one after the other (a token's raw window, then its compressed rows); o: d
+// values. Where the rows lie changes nothing: the same operations in the same order.
+void attention_mix_head(float *scores, const RowSegment *segments, size_t n_segments, float scale,
+                        float sink, uint32_t d, float *o);
+
+// The same over n_rows contiguous rows.
+inline void attention_mix_head(float *scores, size_t n_rows, float scale, float sink,
+                               const float *rows, uint32_t d, float *o) {
+    const RowSegment all{rows, n_rows};
+    attention_mix_head(scores, &all, 1, scale, sink, d, o);
+}
 
 }  // namespace ds4::backend::cpu
