@@ -6,8 +6,8 @@
 //   Q8_0       both operands widened to int16, vpmaddwd;
 //   MXFP4      |x| (<= 128) as the unsigned VNNI operand, the sign of x moved onto w (<= 12);
 //   Q2_K       the 2-bit quant times its 4-bit sub-block scale (<= 45) as the unsigned VNNI
-//   operand; Q4_K       unsigned quants times signed activations with maddubs (pairs never saturate
-//   for
+//              operand;
+//   Q4_K       unsigned quants times signed activations with maddubs (pairs never saturate for
 //              quants <= 15), then vpdpwssd multiplies the int16 pairs by the sub-block scales;
 //   IQ2_XXS    |qy| times the grid value carrying both signs, then vpdpwssd by the group scale.
 // The K-quant and IQ2 kernels hold 64 values per zmm register.

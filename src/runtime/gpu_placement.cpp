@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "gguf/ggml_type.h"
 #include "model/tensor_layout.h"
+#include "runtime/kv_cache.h"
 
 namespace ds4::runtime {
 namespace {
@@ -133,20 +134,6 @@ GpuSplit parse_gpu_split(const std::string &name) {
     throw Error("GPU split '" + name + "': expected layers or tensors");
 }
 
-uint64_t layer_state_bytes(const model::HParams &hp, uint32_t il, uint32_t ctx,
-                           uint32_t max_batch) {
-    const uint64_t D = hp.head_dim, I = hp.idx_head_dim, f32 = sizeof(float);
-    const uint64_t ring = uint64_t(hp.sliding_window) + (max_batch > 1 ? max_batch : 0);
-    uint64_t b = ring * D * f32;
-    const uint64_t r = hp.compress_ratio.at(il);
-    if (r == 0) return b;
-    const uint64_t coff = hp.compressor_coff(il), cap = ctx / r + 1;
-    b += cap * D * f32 + 2 * (coff * r) * (coff * D) * f32;  // rows, then window values + scores
-    if (hp.attention_kind(il) == model::AttentionKind::Overlapped)
-        b += cap * I * f32 + 2 * (coff * r) * (coff * I) * f32;
-    return b;
-}
-
 GpuPlacement plan_gpu_placement(const model::HParams &hp, const model::ModelWeights &w,
                                 GpuSplit split, uint32_t n_gpus, uint32_t ctx, uint32_t max_batch) {
     if (n_gpus == 0) throw Error("GPU placement: at least one GPU is needed");
@@ -161,8 +148,9 @@ GpuPlacement plan_gpu_placement(const model::HParams &hp, const model::ModelWeig
     p.gpus.resize(n_gpus);
 
     std::vector<uint64_t> state(hp.n_layer);
+    const uint64_t ring = uint64_t(hp.sliding_window) + (max_batch > 1 ? max_batch : 0);
     for (uint32_t il = 0; il < hp.n_layer; ++il)
-        state[il] = layer_state_bytes(hp, il, ctx, max_batch);
+        state[il] = layer_state_bytes(hp, il, ring, ctx, sizeof(float));
 
     if (split == GpuSplit::Layers) {
         std::vector<uint64_t> cost = state;
@@ -226,6 +214,12 @@ GpuPlacement plan_gpu_placement(const model::HParams &hp, const model::ModelWeig
             }
         } else {
             tp.extent = cut.axis == ShardAxis::Rows ? t.dim(1) : t.dim(0);
+            const uint64_t block = ggml_type_info(t.type).block_elems;
+            if (cut.axis == ShardAxis::Columns && cut.unit % block != 0)
+                throw Error(
+                    fmt::format("GPU placement: {} is {}, whose blocks of {} values do not "
+                                "divide its shard unit of {} columns",
+                                s.name, ggml_type_name(t.type), block, cut.unit));
             if (cut.unit == 0 || tp.extent % cut.unit != 0)
                 throw Error(fmt::format(
                     "GPU placement: {} has {} {}, not a multiple of its shard "
@@ -243,19 +237,20 @@ GpuPlacement plan_gpu_placement(const model::HParams &hp, const model::ModelWeig
     return p;
 }
 
-void check_placement_fits(const GpuPlacement &p, const std::vector<uint64_t> &free_bytes) {
+void check_placement_fits(const GpuPlacement &p, const std::vector<uint64_t> &free_bytes,
+                          uint64_t headroom) {
     if (free_bytes.size() != p.gpus.size())
         throw Error(fmt::format("GPU placement: planned for {} GPUs, {} found", p.gpus.size(),
                                 free_bytes.size()));
     std::string short_of;
     for (size_t g = 0; g < p.gpus.size(); ++g) {
         const GpuShare &s = p.gpus[g];
-        if (s.total() <= free_bytes[g]) continue;
+        if (s.total() + headroom <= free_bytes[g]) continue;
         short_of += fmt::format(
             "{}GPU {} needs {:.2f} GiB ({:.2f} GiB of weights, {:.2f} GiB of attention state "
-            "for {} positions) and has {:.2f} GiB free",
-            short_of.empty() ? "" : "; ", g, gib(s.total()), gib(s.weight_bytes),
-            gib(s.state_bytes), p.ctx, gib(free_bytes[g]));
+            "for {} positions, {:.2f} GiB for the backend) and has {:.2f} GiB free",
+            short_of.empty() ? "" : "; ", g, gib(s.total() + headroom), gib(s.weight_bytes),
+            gib(s.state_bytes), p.ctx, gib(headroom), gib(free_bytes[g]));
     }
     if (!short_of.empty())
         throw Error(

@@ -66,18 +66,19 @@ struct GpuPlacement {
     std::vector<TensorPlacement> tensors;  // in file order
 };
 
-// The attention state of layer il for ctx positions and prefill batches of max_batch tokens, as
-// the CUDA backend allocates it (f32 rows: the raw ring of window + batch rows, the compressed
-// and indexer rows, the compressors' windows of values and scores).
-uint64_t layer_state_bytes(const model::HParams &hp, uint32_t il, uint32_t ctx, uint32_t max_batch);
-
-// Throws ds4::Error for n_gpus of 0, or, for the Layers split, more GPUs than layers.
+// The attention state is counted as the CUDA backend allocates it for ctx positions and prefill
+// batches of max_batch tokens (runtime/kv_cache.h layer_state_bytes: f32 values, the ring holding
+// the window and a batch). Throws ds4::Error for n_gpus of 0, or, for the Layers split, more GPUs
+// than layers.
 GpuPlacement plan_gpu_placement(const model::HParams &hp, const model::ModelWeights &w,
                                 GpuSplit split, uint32_t n_gpus, uint32_t ctx, uint32_t max_batch);
 
-// Throws ds4::Error when a GPU's share is larger than its free memory, naming the GPU, what it
-// needs and has, and what would help (more GPUs, a shorter context, SSD streaming).
-void check_placement_fits(const GpuPlacement &p, const std::vector<uint64_t> &free_bytes);
+// Throws ds4::Error when a GPU's share plus `headroom` (what the backend needs besides weights
+// and state: its scratch for a batch, the CUDA context, NCCL's buffers) is more than its free
+// memory, naming each such GPU, what it needs and what it has, and what would help (more GPUs,
+// a shorter context, the other split).
+void check_placement_fits(const GpuPlacement &p, const std::vector<uint64_t> &free_bytes,
+                          uint64_t headroom);
 
 // The start-up log: one line per GPU, its layers or its shards, weights and state in GiB.
 std::string describe_placement(const model::HParams &hp, const GpuPlacement &p);

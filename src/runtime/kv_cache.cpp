@@ -83,6 +83,20 @@ void CompressorState::init(uint32_t n_rows, uint32_t n_width) {
     score.assign(size_t(rows) * width, -std::numeric_limits<float>::infinity());
 }
 
+uint64_t layer_state_bytes(const model::HParams &hp, uint32_t il, uint64_t ring_rows, uint32_t ctx,
+                           uint32_t value_bytes, bool with_compressed_rows) {
+    const uint64_t D = hp.head_dim, I = hp.idx_head_dim, f32 = sizeof(float);
+    uint64_t b = ring_rows * D * value_bytes;
+    const uint64_t r = hp.compress_ratio.at(il);
+    if (r == 0) return b;
+    const uint64_t coff = hp.compressor_coff(il), rows = with_compressed_rows ? ctx / r + 1 : 0;
+    b +=
+        rows * D * value_bytes + 2 * (coff * r) * (coff * D) * f32;  // rows, window values + scores
+    if (hp.attention_kind(il) == model::AttentionKind::Overlapped)
+        b += rows * I * value_bytes + 2 * (coff * r) * (coff * I) * f32;
+    return b;
+}
+
 KvCache::KvCache(const model::HParams &hp, uint32_t ctx_, bool f16_rows) : ctx(ctx_) {
     layers.resize(hp.n_layer);
     for (uint32_t il = 0; il < hp.n_layer; ++il) {

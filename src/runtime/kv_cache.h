@@ -60,6 +60,14 @@ struct LayerState {
     CompressorState comp_state, idx_state;
 };
 
+// Bytes of layer il's attention state: ring_rows raw rows, for a compressed layer its compressed
+// (and, ratio 4, indexer) rows for ctx positions (ctx / ratio + 1 each; none when
+// !with_compressed_rows), rows of value_bytes per value, and the compressors' windows of values
+// and scores (f32). The layout of the KvCache constructor (value_bytes 2 or 4, ring_rows =
+// sliding_window) and of the CUDA backend's state (4, and a prefill batch more in the ring).
+uint64_t layer_state_bytes(const model::HParams &hp, uint32_t il, uint64_t ring_rows, uint32_t ctx,
+                           uint32_t value_bytes, bool with_compressed_rows = true);
+
 struct KvCache {
     uint32_t ctx = 0;    // positions the cache can hold
     int64_t n_past = 0;  // positions already evaluated

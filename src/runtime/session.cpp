@@ -67,22 +67,16 @@ Session::Session(Model &model, const SessionOptions &opts)
 
 uint64_t Session::kv_bytes_for(const model::HParams &hp, const SessionOptions &opts,
                                Backend backend) {
-    // The layout of the KvCache constructor (kv_cache.cpp): the raw window, and for compressed
-    // layers the compressed rows plus the compressor's rolling window of values and scores
-    // (f32), twice over for the indexer of overlapped layers.
+    // The CPU's KvCache; the CUDA backend keeps f32 values and its ring holds a prefill batch
+    // more than the window (cuda_ops.cpp).
     const bool f16 = opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0;
-    const uint64_t elem = f16 && backend == Backend::Cpu ? 2 : 4;
+    const uint32_t elem = f16 && backend == Backend::Cpu ? 2 : 4;
+    const uint32_t chunk = opts.chunk ? opts.chunk : default_chunk(backend);
+    const uint64_t ring =
+        uint64_t(hp.sliding_window) + (backend == Backend::Cuda && chunk > 1 ? chunk : 0);
     uint64_t b = 0;
-    for (uint32_t il = 0; il < hp.n_layer; ++il) {
-        b += uint64_t(hp.sliding_window) * hp.head_dim * elem;
-        const uint32_t r = hp.compress_ratio[il];
-        if (r == 0) continue;
-        const uint64_t coff = hp.compressor_coff(il), rows = opts.ctx / r + 1;
-        b += rows * hp.head_dim * elem + 2 * (coff * r) * (coff * hp.head_dim) * sizeof(float);
-        if (hp.attention_kind(il) == model::AttentionKind::Overlapped)
-            b += rows * hp.idx_head_dim * elem +
-                 2 * (coff * r) * (coff * hp.idx_head_dim) * sizeof(float);
-    }
+    for (uint32_t il = 0; il < hp.n_layer; ++il)
+        b += layer_state_bytes(hp, il, ring, opts.ctx, elem);
     return b;
 }
 
@@ -176,20 +170,13 @@ size_t Session::rewind_points_bytes() const {
 
 uint64_t Session::rewind_point_bytes_for(const model::HParams &hp, const SessionOptions &opts,
                                          Backend backend) {
-    // kv_bytes_for without the compressed rows (of the raw ring, the window's rows).
+    // kv_bytes_for without the compressed rows (of the raw ring, the window's rows), and the
+    // logits.
     const bool f16 = opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0;
-    const uint64_t elem = f16 && backend == Backend::Cpu ? 2 : 4;
-    const uint64_t ring = hp.sliding_window;
+    const uint32_t elem = f16 && backend == Backend::Cpu ? 2 : 4;
     uint64_t b = uint64_t(hp.n_vocab) * sizeof(float);
-    for (uint32_t il = 0; il < hp.n_layer; ++il) {
-        b += ring * hp.head_dim * elem;
-        const uint32_t r = hp.compress_ratio[il];
-        if (r == 0) continue;
-        const uint64_t coff = hp.compressor_coff(il);
-        b += 2 * (coff * r) * (coff * hp.head_dim) * sizeof(float);
-        if (hp.attention_kind(il) == model::AttentionKind::Overlapped)
-            b += 2 * (coff * r) * (coff * hp.idx_head_dim) * sizeof(float);
-    }
+    for (uint32_t il = 0; il < hp.n_layer; ++il)
+        b += layer_state_bytes(hp, il, hp.sliding_window, 0, elem, false);
     return b;
 }
 

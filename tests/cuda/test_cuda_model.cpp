@@ -284,5 +284,19 @@ TEST(CudaModel, RunToRunChunkedAndSnapshotsAreBitExact) {
     ASSERT_EQ(a.eval(std::vector<int32_t>{3}), next) << "after restore";
 }
 
+// Session::kv_bytes_for, which the tools check memory with and runtime/gpu_placement plans with
+// (kv_cache.h layer_state_bytes), against what the CUDA backend allocates: its ring holds the
+// window and, for batches of several tokens, a batch more.
+TEST(CudaModel, KvBytesForIsWhatTheBackendAllocates) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    auto gpu = Model::load(tiny_model(model::QuantMix::Q2), {.backend = Backend::Cuda});
+    for (uint32_t chunk : {1u, 16u, 256u}) {
+        const SessionOptions so{.ctx = 300, .chunk = chunk};
+        Session s(*gpu, so);
+        EXPECT_EQ(s.kv_bytes(), Session::kv_bytes_for(gpu->hparams(), so, Backend::Cuda))
+            << "chunk " << chunk;
+    }
+}
+
 }  // namespace
 }  // namespace ds4::cuda

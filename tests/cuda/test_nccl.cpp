@@ -29,6 +29,17 @@ TEST(NcclGroup, RefusesAnEmptyGroupAndAMissingDevice) {
     EXPECT_THROW(NcclGroup({-1}), Error);
 }
 
+TEST(NcclGroup, RefusesADeviceListedTwice) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    try {
+        NcclGroup group({0, 0});
+        FAIL() << "a group of device 0 twice was made";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("device 0 is in the group twice"), std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(NcclGroup, ACommunicatorOfOneLeavesTheBufferAsItIs) {
     DS4_REQUIRE_CUDA_DEVICE();
     EXPECT_EQ(NcclGroup::library_version().rfind("2.", 0), 0u) << NcclGroup::library_version();

@@ -57,7 +57,7 @@ LayerCosts layer_costs(const test::InMemoryModel &m, uint32_t ctx) {
     LayerCosts c;
     c.layer.assign(m.hp.n_layer, 0);
     for (uint32_t il = 0; il < m.hp.n_layer; ++il)
-        c.layer[il] = layer_state_bytes(m.hp, il, ctx, 1);
+        c.layer[il] = layer_state_bytes(m.hp, il, m.hp.sliding_window, ctx, 4);
     for (const TensorPlacement &t : one.tensors) {
         if (t.layer >= 0)
             c.layer[size_t(t.layer)] += t.bytes;
@@ -131,22 +131,24 @@ TEST(GpuPlacement, Q4NeedsTwoH200sAndTheErrorSaysHowMuch) {
     const uint64_t h200 = 139 * kGiB;
     const GpuPlacement one = plan_gpu_placement(q4.hp, q4.w, GpuSplit::Layers, 1, 65536, 1024);
     try {
-        check_placement_fits(one, {h200});
+        check_placement_fits(one, {h200}, kGiB);
         FAIL() << "153 GiB fit 139";
     } catch (const Error &e) {
         const std::string what = e.what();
         EXPECT_NE(what.find("the layers split does not fit: GPU 0 needs "), std::string::npos)
             << what;
         EXPECT_NE(what.find(" GiB (153.32 GiB of weights, "), std::string::npos) << what;
-        EXPECT_NE(what.find("for 65536 positions) and has 139.00 GiB free"), std::string::npos)
+        EXPECT_NE(what.find("for 65536 positions, 1.00 GiB for the backend) and has 139.00 GiB "
+                            "free"),
+                  std::string::npos)
             << what;
     }
     const GpuPlacement two = plan_gpu_placement(q4.hp, q4.w, GpuSplit::Layers, 2, 65536, 1024);
-    EXPECT_NO_THROW(check_placement_fits(two, {h200, h200}));
+    EXPECT_NO_THROW(check_placement_fits(two, {h200, h200}, kGiB));
     EXPECT_LT(largest_share(two), 80 * kGiB);
     const GpuPlacement tp = plan_gpu_placement(q4.hp, q4.w, GpuSplit::Tensors, 2, 65536, 1024);
-    EXPECT_NO_THROW(check_placement_fits(tp, {h200, h200}));
-    EXPECT_THROW(check_placement_fits(two, {h200}), Error);  // planned for 2, 1 found
+    EXPECT_NO_THROW(check_placement_fits(tp, {h200, h200}, kGiB));
+    EXPECT_THROW(check_placement_fits(two, {h200}, kGiB), Error);  // planned for 2, 1 found
 }
 
 TEST(GpuPlacement, TensorSplitShardsCoverEveryTensorExactly) {
@@ -229,24 +231,28 @@ TEST(GpuPlacement, RefusesWhatCannotBePlaced) {
     EXPECT_THROW(parse_gpu_split("pipeline"), Error);
 }
 
-// With batches of one token the planned state is the CPU cache's f32 allocation, layer by layer
-// (the CUDA backend adds the batch's rows to the ring).
+// The state of one layer, f32 and f16, is the CPU cache's own allocation; a plan's state for
+// one GPU and batches of one token is the whole f32 cache. (The CUDA backend's, whose ring holds
+// a batch more, is checked against Session::kv_bytes_for in tests/cuda/test_cuda_model.cpp.)
 TEST(GpuPlacement, StateBytesAreTheCacheAllocation) {
     for (const char *shape : {"tiny", "small"}) {
         const model::HParams hp = model::shape_preset(shape, 512);
-        for (uint32_t ctx : {64u, 1000u, 4096u}) {
-            const KvCache cache(hp, ctx, false);
-            for (uint32_t il = 0; il < hp.n_layer; ++il) {
-                const LayerState &L = cache.layers[il];
-                const uint64_t allocated = L.raw.bytes() + L.comp.bytes() + L.idx.bytes() +
-                                           L.comp_state.bytes() + L.idx_state.bytes();
-                EXPECT_EQ(layer_state_bytes(hp, il, ctx, 1), allocated)
-                    << shape << " layer " << il << " ctx " << ctx;
+        for (uint32_t ctx : {64u, 1000u, 4096u})
+            for (bool f16 : {false, true}) {
+                const KvCache cache(hp, ctx, f16);
+                for (uint32_t il = 0; il < hp.n_layer; ++il) {
+                    const LayerState &L = cache.layers[il];
+                    const uint64_t allocated = L.raw.bytes() + L.comp.bytes() + L.idx.bytes() +
+                                               L.comp_state.bytes() + L.idx_state.bytes();
+                    EXPECT_EQ(layer_state_bytes(hp, il, hp.sliding_window, ctx, f16 ? 2 : 4),
+                              allocated)
+                        << shape << " layer " << il << " ctx " << ctx << " f16 " << f16;
+                }
             }
-            EXPECT_EQ(layer_state_bytes(hp, 0, ctx, 256),
-                      layer_state_bytes(hp, 0, ctx, 1) + 256ull * hp.head_dim * 4);
-        }
     }
+    const test::InMemoryModel &q2 = flash().q2;
+    const GpuPlacement one = plan_gpu_placement(q2.hp, q2.w, GpuSplit::Layers, 1, 4096, 1);
+    EXPECT_EQ(one.gpus[0].state_bytes, KvCache(q2.hp, 4096, false).bytes());
 }
 
 }  // namespace

@@ -85,6 +85,27 @@ TEST(Session, PrefillThenDecodeEqualsDecodeOnly) {
     }
 }
 
+// The CPU attention runs a batch with at least a token per thread as a task a token, and a
+// smaller one with each token's heads split across the threads (a thread's share may span two
+// tokens): 5 threads and chunks of 3 (split) and 7 (by token), across the indexer's first
+// selection (position 19), equal token-by-token decode on 1 thread.
+TEST(Session, BatchesSmallerAndLargerThanThePoolEqualDecodeOnly) {
+    auto m1 = Model::load(tiny_model(), {.n_threads = 1});
+    auto m5 = Model::load(tiny_model(), {.n_threads = 5});
+    const auto p = prompt(40);
+    Session one(*m1, {.ctx = 128, .chunk = 1});
+    std::vector<std::vector<float>> reference;
+    for (size_t i = 0; i < p.size(); ++i) reference.push_back(one.eval(std::span(p).subspan(i, 1)));
+    for (uint32_t chunk : {2u, 3u, 7u})
+        for (size_t len : {18, 21, 33}) {
+            SCOPED_TRACE(testing::Message() << "chunk " << chunk << " prompt " << len);
+            Session s(*m5, {.ctx = 128, .chunk = chunk});
+            ASSERT_EQ(s.eval(std::span(p).first(len)), reference[len - 1]);
+            for (size_t i = len; i < len + 3; ++i)
+                ASSERT_EQ(s.eval(std::span(p).subspan(i, 1)), reference[i]);
+        }
+}
+
 TEST(Session, ContextOverflowIsAClearErrorAndChangesNothing) {
     auto m = Model::load(tiny_model(), {.n_threads = 2});
     Session s(*m, {.ctx = 16});

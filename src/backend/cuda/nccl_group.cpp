@@ -26,9 +26,14 @@ NcclGroup::NcclGroup(std::vector<int> devices) : devices_(std::move(devices)) {
     if (devices_.empty()) throw Error("NCCL: a group needs at least one device");
     int n = 0;
     DS4_CUDA_CHECK(cudaGetDeviceCount(&n));
-    for (int d : devices_)
+    for (size_t i = 0; i < devices_.size(); ++i) {
+        const int d = devices_[i];
         if (d < 0 || d >= n)
             throw Error(fmt::format("NCCL: CUDA device {} does not exist ({} found)", d, n));
+        for (size_t j = 0; j < i; ++j)
+            if (devices_[j] == d)
+                throw Error(fmt::format("NCCL: CUDA device {} is in the group twice", d));
+    }
     setenv("NCCL_NVLS_ENABLE", "0", 0);  // 0: keep a value the caller set
     std::vector<ncclComm_t> comms(devices_.size());
     check_nccl(ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), devices_.data()),

@@ -6,7 +6,8 @@
 //
 // NVLink multicast (NVLS) is never used: when NCCL_NVLS_ENABLE is unset it is set to 0 before
 // the first communicator is made (a program using multicast can take a shared host's GPUs out of
-// service; a value the caller set is kept).
+// service; a value the caller set is kept). That setenv changes the process's environment: make
+// groups before starting threads that read it, and before anything else initialises NCCL.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -18,7 +19,7 @@ namespace ds4::cuda {
 class NcclGroup {
   public:
     // Communicators for these CUDA devices (ranks in this order). Throws ds4::Error naming the
-    // NCCL call and its message, or naming a device that does not exist.
+    // NCCL call and its message, or naming a device that does not exist or is listed twice.
     explicit NcclGroup(std::vector<int> devices);
     ~NcclGroup();
     NcclGroup(const NcclGroup &) = delete;
