@@ -14,6 +14,8 @@ struct BlockQ8_0 {
     int8_t qs[kQK8_0];  // value_i = d * qs[i]
 };
 static_assert(sizeof(BlockQ8_0) == 34);
+// The Q8_0 dot adds block b's term to chain b mod kQ8_0Chains (q8_0.cpp, docs/MODEL.md 5.1).
+constexpr int kQ8_0Chains = 16;
 
 struct BlockQ2_K {
     uint8_t scales[kQK_K / 16];  // low nibble: sub-scale, high nibble: sub-min (16 sub-blocks)

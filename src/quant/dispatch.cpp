@@ -97,7 +97,10 @@ KernelTable avx512_table() {
         if (k.type == GgmlType::F32) k.vec_dot_multi = avx512::vec_dot_multi_f32_f32;
         if (k.type == GgmlType::F16) k.vec_dot_multi = avx512::vec_dot_multi_f16_f32;
         if (k.type == GgmlType::BF16) k.vec_dot_multi = avx512::vec_dot_multi_bf16_f32;
-        if (k.type == GgmlType::Q8_0) k.vec_dot_multi = avx512::vec_dot_multi_q8_0_q8_0;
+        if (k.type == GgmlType::Q8_0) {
+            k.vec_dot_multi = avx512::vec_dot_multi_q8_0_q8_0;
+            k.vec_dot_multi_for_one_row = true;
+        }
         if (k.type == GgmlType::Q2_K) k.vec_dot_multi = avx512::vec_dot_multi_q2_K_q8_K;
         if (k.type == GgmlType::Q4_K) k.vec_dot_multi = avx512::vec_dot_multi_q4_K_q8_K;
         if (k.type == GgmlType::IQ2_XXS) k.vec_dot_multi = avx512::vec_dot_multi_iq2_xxs_q8_K;

@@ -19,6 +19,7 @@
 #include "quant/iq2_tables.h"
 #include "quant/kernels_simd.h"
 #include "quant/simd_x86_common.h"
+#include "quant/simd_x86_q8_0.h"
 
 namespace ds4::quant::avx2 {
 namespace {
@@ -321,26 +322,25 @@ float vec_dot_bf16_f32(int64_t n, const void *w, const void *x) {
                           static_cast<const float *>(x));
 }
 
-// y = sum_b f16(d_w) * f16(d_x) * sum_i w_i x_i, int32 inner sums.
+// y = sum_b f16(d_w) * f16(d_x) * sum_i w_i x_i in the reference's order (q8_0.cpp): block b's
+// exact sum (dot_i8x32_exact's 8 lanes, added up), its term float(s_b) * (d_w * d_x) on chain
+// b mod 16, the chains in two registers of 8, then the reference's tree; its float bit for bit.
 float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
     const auto *wb = static_cast<const BlockQ8_0 *>(w);
     const auto *xb = static_cast<const BlockQ8_0 *>(x);
     const int64_t nb = n / kQK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 chains[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-        const __m256 d0 = _mm256_set1_ps(simd::f16_to_f32(wb[b].d) * simd::f16_to_f32(xb[b].d));
-        const __m256 d1 =
-            _mm256_set1_ps(simd::f16_to_f32(wb[b + 1].d) * simd::f16_to_f32(xb[b + 1].d));
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(dot_i8x32_exact(wb[b].qs, xb[b].qs)), acc0);
-        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(dot_i8x32_exact(wb[b + 1].qs, xb[b + 1].qs)),
-                               acc1);
+    for (; b + 8 <= nb; b += 8) {
+        __m256i p[8];
+        for (int k = 0; k < 8; ++k) p[k] = dot_i8x32_exact(wb[b + k].qs, xb[b + k].qs);
+        const __m256 terms = simd::q8_unfused(_mm256_mul_ps(
+            _mm256_cvtepi32_ps(simd::q8_block_sums8(p)),
+            _mm256_mul_ps(simd::q8_block_scales8(wb + b), simd::q8_block_scales8(xb + b))));
+        __m256 &chain = chains[(b / 8) % 2];
+        chain = _mm256_add_ps(chain, terms);
     }
-    if (b < nb) {
-        const __m256 d0 = _mm256_set1_ps(simd::f16_to_f32(wb[b].d) * simd::f16_to_f32(xb[b].d));
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(dot_i8x32_exact(wb[b].qs, xb[b].qs)), acc0);
-    }
-    return hsum_f32x8(_mm256_add_ps(acc0, acc1));
+    return simd::q8_finish_chains(chains, wb, xb, b, nb);
 }
 
 // E2M1 codes as int8 at twice their value (so the scale is 2^(e-128)); the activation carries

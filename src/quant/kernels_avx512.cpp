@@ -3,7 +3,8 @@
 // dot products (equal up to float reassociation). Layouts and formulas: docs/MODEL.md section 5.
 //
 // Every integer product is exact for every valid block, -128 activations and weights included:
-//   Q8_0       both operands widened to int16, vpmaddwd;
+//   Q8_0       one operand biased to unsigned (+128, an xor of the sign bit), the bias taken back
+//              out through the accumulator's start value;
 //   MXFP4      |x| (<= 128) as the unsigned VNNI operand, the sign of x moved onto w (<= 12);
 //   Q2_K       the 2-bit quant times its 4-bit sub-block scale (<= 45) as the unsigned VNNI
 //              operand;
@@ -30,8 +31,10 @@
 
 #include "quant/blocks.h"
 #include "quant/iq2_tables.h"
+#include "quant/kernel_scratch.h"
 #include "quant/kernels_simd.h"
 #include "quant/simd_x86_common.h"
+#include "quant/simd_x86_q8_0.h"
 
 namespace ds4::quant::avx512 {
 namespace {
@@ -374,107 +377,187 @@ void vec_dot_multi_bf16_f32(int64_t n, const void *w, size_t w_stride, int64_t n
     });
 }
 
-// y = sum_b f16(d_w) * f16(d_x) * sum_i w_i x_i.
+// y = sum_b f16(d_w) * f16(d_x) * sum_i w_i x_i, in the reference's order (kernels_ref.h,
+// q8_0.cpp): block b's exact integer sum, its term float(s_b) * (d_w * d_x), chain b mod 16, then
+// the chains summed l + 8, l + 4, l + 2, l + 1 (hsum_f32x16's tree). Both kernels below give the
+// reference's float bit for bit.
 namespace {
 
-// Q8_0 blocks as 8 int32 lanes of 4 adjacent products each (vpdpbusd), exactly for every int8 pair:
-// the activation is biased to unsigned (x + 128, an xor of the sign bit) and the bias comes
-// back out through the accumulator's start value, -128 * (sum of 4 weights) per lane:
-//   sum_i (x_i + 128) w_i - 128 sum_i w_i = sum_i x_i w_i.
-struct Q8BlockWeights {
-    __m256i w;       // the int8 weights, the signed VNNI operand
-    __m256i unbias;  // -128 * sum of each lane's 4 weights
-    float d;
-};
-
-inline void q8_block_weights(const BlockQ8_0 &wq, Q8BlockWeights &bw) {
-    bw.w = load256(wq.qs);
-    const __m256i sum128 =
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(-128), bw.w);
-    bw.unbias = _mm256_sub_epi32(_mm256_setzero_si256(), sum128);
-    bw.d = simd::f16_to_f32(wq.d);
-}
-
-inline __m256 q8_block_scaled(const Q8BlockWeights &bw, const BlockQ8_0 &xq, __m256 acc) {
-    const __m256i x_biased = _mm256_xor_si256(load256(xq.qs), _mm256_set1_epi8(-128));
-    const __m256i sum = _mm256_dpbusd_epi32(bw.unbias, x_biased, bw.w);
-    return _mm256_fmadd_ps(_mm256_set1_ps(bw.d * simd::f16_to_f32(xq.d)), _mm256_cvtepi32_ps(sum),
-                           acc);
+// The terms of 8 consecutive blocks, block k in lane k. Each block's products as 8 int32 lanes
+// of 4 (vpdpbusd), exact for every int8 pair: the activation is biased to unsigned (x + 128, an
+// xor of the sign bit) and the bias comes back out through the accumulator's start value,
+// -128 * (sum of the lane's 4 weights): sum_i (x_i + 128) w_i - 128 sum_i w_i = sum_i x_i w_i.
+__m256 q8_terms8(const BlockQ8_0 *w, const BlockQ8_0 *x) {
+    const __m256i bias = _mm256_set1_epi8(-128);
+    __m256i p[8];
+    for (int k = 0; k < 8; ++k) {
+        const __m256i wv = load256(w[k].qs);
+        const __m256i unbias = _mm256_sub_epi32(
+            _mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, wv));
+        p[k] = _mm256_dpbusd_epi32(unbias, _mm256_xor_si256(load256(x[k].qs), bias), wv);
+    }
+    return simd::q8_unfused(
+        _mm256_mul_ps(_mm256_cvtepi32_ps(simd::q8_block_sums8(p)),
+                      _mm256_mul_ps(simd::q8_block_scales8(w), simd::q8_block_scales8(x))));
 }
 
 }  // namespace
 
-// Blocks alternate between two accumulators (even, odd), each a chain of fma over 8 lanes. Two
-// blocks per zmm: lanes 0-7 are block b (the even chain), lanes 8-15 block b + 1 (the odd chain),
-// so every lane sees the operations of vec_dot_multi_q8_0_q8_0's ymm chains, bit for bit.
+// The 16 chains in two ymm registers: blocks 16g..16g+7 in the first, 16g+8..16g+15 in the
+// second.
 float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
     const auto *wb = static_cast<const BlockQ8_0 *>(w);
     const auto *xb = static_cast<const BlockQ8_0 *>(x);
     const int64_t nb = n / kQK8_0;
-    const __m512i bias = _mm512_set1_epi8(-128);
-    auto pair = [](const BlockQ8_0 &a, const BlockQ8_0 &b) {
-        return _mm512_inserti64x4(_mm512_castsi256_si512(load256(a.qs)), load256(b.qs), 1);
-    };
-    __m512 acc = _mm512_setzero_ps();
+    __m256 chains[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     simd::StreamPrefetch prefetch(w);
     int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
+    for (; b + 8 <= nb; b += 8) {
         prefetch.ahead(wb + b);
-        const __m512i wv = pair(wb[b], wb[b + 1]);
-        const __m512i unbias = _mm512_sub_epi32(
-            _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv));
-        const __m512i sum =
-            _mm512_dpbusd_epi32(unbias, _mm512_xor_si512(pair(xb[b], xb[b + 1]), bias), wv);
-        const __m512 scale = _mm512_insertf32x8(
-            _mm512_set1_ps(simd::f16_to_f32(wb[b].d) * simd::f16_to_f32(xb[b].d)),
-            _mm256_set1_ps(simd::f16_to_f32(wb[b + 1].d) * simd::f16_to_f32(xb[b + 1].d)), 1);
-        acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sum), acc);
+        __m256 &chain = chains[(b / 8) % 2];
+        chain = _mm256_add_ps(chain, q8_terms8(wb + b, xb + b));
     }
-    __m256 even = _mm512_castps512_ps256(acc);
-    const __m256 odd = _mm512_extractf32x8_ps(acc, 1);
-    if (b < nb) {  // an odd last block goes to the even chain
-        Q8BlockWeights bw;
-        q8_block_weights(wb[b], bw);
-        even = q8_block_scaled(bw, xb[b], even);
-    }
-    return hsum_f32x8(_mm256_add_ps(even, odd));
+    return simd::q8_finish_chains(chains, wb, xb, b, nb);
 }
 
 namespace {
 
-// kW weight rows against m activation rows: each weight block and its bias correction are
-// computed once for all rows, and each activation block is loaded and biased once for the kW
-// weight rows (4 weight rows: 1.44x the one-row kernel at m = 64, where the activation rows'
-// trips from L2 set the pace). Per weight row and activation row, the operations of
-// vec_dot_q8_0_q8_0's ymm chains, in order, so every result equals it bit for bit.
-template <int kW>
-void q8_0_tile(int64_t n, const uint8_t *w, size_t w_stride, const void *x, size_t x_stride,
-               int64_t m, float *out, int64_t out_stride) {
-    Q8BlockWeights bw[kW];
-    for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
-        const int64_t rows = std::min(kMultiRows, m - j0);
-        __m256 acc[kW][2][kMultiRows];
-        for (auto &row_acc : acc)
-            for (int64_t j = 0; j < rows; ++j) row_acc[0][j] = row_acc[1][j] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < n / kQK8_0; ++b) {
-            for (int i = 0; i < kW; ++i)
-                q8_block_weights(reinterpret_cast<const BlockQ8_0 *>(w + i * w_stride)[b], bw[i]);
-            for (int64_t j = 0; j < rows; ++j) {
-                const auto &xq = reinterpret_cast<const BlockQ8_0 *>(
-                    static_cast<const uint8_t *>(x) + (j0 + j) * x_stride)[b];
-                const __m256i x_biased = _mm256_xor_si256(load256(xq.qs), _mm256_set1_epi8(-128));
-                const float dx = simd::f16_to_f32(xq.d);
-                for (int i = 0; i < kW; ++i) {
-                    const __m256i sum = _mm256_dpbusd_epi32(bw[i].unbias, x_biased, bw[i].w);
-                    __m256 &a = acc[i][b % 2][j];
-                    a = _mm256_fmadd_ps(_mm256_set1_ps(bw[i].d * dx), _mm256_cvtepi32_ps(sum), a);
-                }
-            }
+// The multi-row product over panels of 16 weight rows, one row a lane. A panel is repacked once
+// per call and serves all m activation rows: for each block, 8 registers whose lane r holds 4
+// consecutive weights of row r (biased to unsigned, w + 128), then the 16 rows' d_w as f32. A
+// block's 16 sums are then 8 vpdpbusd with the activation's 4 bytes broadcast, started at
+// -128 * (the activation block's sum), with no horizontal add; its terms are one product and
+// its chains one addition per lane, as the reference: 4x less float work per product than the
+// one-row kernel's 8 lanes per block. 576 bytes a block: a 4096-wide panel is 72 KiB, in L2.
+constexpr int kPanelRows = 16;
+constexpr int64_t kPanelBlockBytes = 8 * 64 + 64;
+
+// Rows [0, rows) of a panel block b from 16 weight rows (w_stride bytes apart); the rows from
+// `rows` on are zero weights with scale 0 (their lanes are never stored).
+void q8_pack_panel_block(const uint8_t *w, size_t w_stride, int rows, int64_t b, uint8_t *dst) {
+    __m256i r[kPanelRows];
+    alignas(32) uint16_t d[kPanelRows] = {};
+    for (int i = 0; i < kPanelRows; ++i) {
+        if (i < rows) {
+            const BlockQ8_0 &blk = reinterpret_cast<const BlockQ8_0 *>(w + i * w_stride)[b];
+            r[i] = load256(blk.qs);
+            d[i] = blk.d;
+        } else {
+            r[i] = _mm256_setzero_si256();
         }
-        for (int i = 0; i < kW; ++i)
-            for (int64_t j = 0; j < rows; ++j)
-                out[(j0 + j) * out_stride + i] =
-                    hsum_f32x8(_mm256_add_ps(acc[i][0][j], acc[i][1][j]));
+    }
+    // Two 8 x 8 transposes of 32-bit words (rows 0-7, rows 8-15).
+    for (int h = 0; h < 2; ++h) {
+        __m256i *a = r + 8 * h;
+        const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]),
+                      t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]),
+                      t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+        const __m256i t4 = _mm256_unpacklo_epi32(a[4], a[5]),
+                      t5 = _mm256_unpackhi_epi32(a[4], a[5]);
+        const __m256i t6 = _mm256_unpacklo_epi32(a[6], a[7]),
+                      t7 = _mm256_unpackhi_epi32(a[6], a[7]);
+        const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+        const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+        const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+        const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+        a[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+        a[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+        a[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+        a[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+        a[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+        a[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+        a[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+        a[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+    }
+    const __m512i bias = _mm512_set1_epi8(-128);
+    for (int g = 0; g < 8; ++g)
+        _mm512_store_si512(
+            dst + 64 * g,
+            _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(r[g]), r[8 + g], 1), bias));
+    _mm512_store_ps(dst + 8 * 64,
+                    _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(d))));
+}
+
+// Per activation row j and block b: d_x as f32, and -128 * (sum of the block's 32 values), the
+// start of the block's sums (the weights' bias of 128 times the activations).
+void q8_activation_tables(const void *x, size_t x_stride, int64_t m, int64_t nb, float *dx,
+                          int32_t *unbias) {
+    const __m256i bias = _mm256_set1_epi8(-128);
+    for (int64_t j = 0; j < m; ++j) {
+        const auto *xb =
+            reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
+        for (int64_t b = 0; b < nb; ++b) {
+            dx[j * nb + b] = simd::f16_to_f32(xb[b].d);
+            // sum of (x + 128) over the block by vpsadbw, less 32 * 128.
+            const __m256i s =
+                _mm256_sad_epu8(_mm256_xor_si256(load256(xb[b].qs), bias), _mm256_setzero_si256());
+            const __m128i s2 =
+                _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            const int64_t sum = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1) - 128 * kQK8_0;
+            unbias[j * nb + b] = static_cast<int32_t>(-128 * sum);
+        }
+    }
+}
+
+// Block b's terms for the panel's 16 rows against activation block xq.
+__m512 q8_panel_terms(const uint8_t *panel_block, const BlockQ8_0 &xq, float dx, int32_t unbias) {
+    __m512i sum = _mm512_set1_epi32(unbias);
+    for (int g = 0; g < 8; ++g) {
+        int32_t x4;
+        std::memcpy(&x4, xq.qs + 4 * g, sizeof(x4));
+        sum = _mm512_dpbusd_epi32(sum, _mm512_load_si512(panel_block + 64 * g),
+                                  _mm512_set1_epi32(x4));
+    }
+    const __m512 d = _mm512_mul_ps(_mm512_load_ps(panel_block + 8 * 64), _mm512_set1_ps(dx));
+    __m512 terms = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
+    __asm__("" : "+v"(terms));  // not fused with the chain's addition (simd::q8_unfused)
+    return terms;
+}
+
+// Activation rows below this many skip the panel, whose repacking costs about as much as a few
+// rows' products, and go row by row (q8_rows_by_tables).
+constexpr int64_t kPanelMinRows = 3;
+
+// Weight rows one at a time against few activation rows (a decode matvec is m = 1), in the
+// one-row kernel's layout (vec_dot_q8_0_q8_0: 8 blocks' terms in a register) but with the
+// activation side from the tables: the weights are the biased operand (w + 128, an xor) and the
+// activation's 32 bytes the signed one, so a block's 8 lanes need one vpdpbusd from zero, and
+// -128 * (the activation block's sum) is added once per block after the lanes are summed; d_x
+// comes from the table. Three operations a block fewer than the one-row kernel; the same sums
+// and terms, so the same bits.
+void q8_rows_by_tables(int64_t n, const uint8_t *w, size_t w_stride, int64_t n_w, const void *x,
+                       size_t x_stride, int64_t m, float *out, int64_t out_stride, const float *dx,
+                       const int32_t *unbias) {
+    const int64_t nb = n / kQK8_0;
+    const __m256i bias = _mm256_set1_epi8(-128);
+    simd::StreamPrefetch prefetch(w);
+    for (int64_t i = 0; i < n_w; ++i) {
+        const auto *wb = reinterpret_cast<const BlockQ8_0 *>(w + i * w_stride);
+        for (int64_t j = 0; j < m; ++j) {
+            const auto *xb =
+                reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
+            const float *dx_j = dx + j * nb;
+            const int32_t *unbias_j = unbias + j * nb;
+            __m256 chains[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            int64_t b = 0;
+            for (; b + 8 <= nb; b += 8) {
+                if (j == 0) prefetch.ahead(wb + b);
+                __m256i p[8];
+                for (int k = 0; k < 8; ++k)
+                    p[k] = _mm256_dpbusd_epi32(_mm256_setzero_si256(),
+                                               _mm256_xor_si256(load256(wb[b + k].qs), bias),
+                                               load256(xb[b + k].qs));
+                const __m256i sums =
+                    _mm256_add_epi32(simd::q8_block_sums8(p), load256(unbias_j + b));
+                const __m256 d =
+                    _mm256_mul_ps(simd::q8_block_scales8(wb + b), _mm256_loadu_ps(dx_j + b));
+                const __m256 terms = simd::q8_unfused(_mm256_mul_ps(_mm256_cvtepi32_ps(sums), d));
+                __m256 &chain = chains[(b / 8) % 2];
+                chain = _mm256_add_ps(chain, terms);
+            }
+            out[j * out_stride + i] = simd::q8_finish_chains(chains, wb, xb, b, nb);
+        }
     }
 }
 
@@ -483,22 +566,45 @@ void q8_0_tile(int64_t n, const uint8_t *w, size_t w_stride, const void *x, size
 void vec_dot_multi_q8_0_q8_0(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
                              size_t x_stride, int64_t m, float *out, int64_t out_stride) {
     const auto *rows = static_cast<const uint8_t *>(w);
-    int64_t i = 0;
-    for (; i + 4 <= n_w; i += 4)
-        q8_0_tile<4>(n, rows + i * w_stride, w_stride, x, x_stride, m, out + i, out_stride);
-    const auto *rest = rows + i * w_stride;
-    switch (n_w - i) {
-        case 3:
-            q8_0_tile<3>(n, rest, w_stride, x, x_stride, m, out + i, out_stride);
-            break;
-        case 2:
-            q8_0_tile<2>(n, rest, w_stride, x, x_stride, m, out + i, out_stride);
-            break;
-        case 1:
-            q8_0_tile<1>(n, rest, w_stride, x, x_stride, m, out + i, out_stride);
-            break;
-        default:
-            break;
+    const int64_t nb = n / kQK8_0;
+    auto *tables = static_cast<uint8_t *>(kernel_scratch(1, static_cast<size_t>(m * nb) * 8));
+    auto *dx = reinterpret_cast<float *>(tables);
+    auto *unbias = reinterpret_cast<int32_t *>(tables + static_cast<size_t>(m * nb) * 4);
+    q8_activation_tables(x, x_stride, m, nb, dx, unbias);
+    if (m < kPanelMinRows) {
+        q8_rows_by_tables(n, rows, w_stride, n_w, x, x_stride, m, out, out_stride, dx, unbias);
+        return;
+    }
+    auto *panel =
+        static_cast<uint8_t *>(kernel_scratch(0, static_cast<size_t>(nb * kPanelBlockBytes)));
+    for (int64_t r0 = 0; r0 < n_w; r0 += kPanelRows) {
+        const int rows_here = static_cast<int>(std::min<int64_t>(kPanelRows, n_w - r0));
+        for (int64_t b = 0; b < nb; ++b)
+            q8_pack_panel_block(rows + r0 * w_stride, w_stride, rows_here, b,
+                                panel + b * kPanelBlockBytes);
+        const __mmask16 store_mask = static_cast<__mmask16>((1u << rows_here) - 1);
+        for (int64_t j = 0; j < m; ++j) {
+            const auto *xb =
+                reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
+            const float *dx_j = dx + j * nb;
+            const int32_t *unbias_j = unbias + j * nb;
+            __m512 chains[kQ8_0Chains];
+            for (auto &c : chains) c = _mm512_setzero_ps();
+            for (int64_t b0 = 0; b0 < nb; b0 += kQ8_0Chains) {
+#pragma GCC unroll 16
+                for (int l = 0; l < kQ8_0Chains; ++l) {
+                    const int64_t b = b0 + l;
+                    if (b < nb)
+                        chains[l] =
+                            _mm512_add_ps(chains[l], q8_panel_terms(panel + b * kPanelBlockBytes,
+                                                                    xb[b], dx_j[b], unbias_j[b]));
+                }
+            }
+            for (int half = kQ8_0Chains / 2; half >= 1; half /= 2)
+                for (int l = 0; l < half; ++l)
+                    chains[l] = _mm512_add_ps(chains[l], chains[l + half]);
+            _mm512_mask_storeu_ps(out + j * out_stride + r0, store_mask, chains[0]);
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // x86 SIMD kernels, one namespace per instruction set. Each function has the same contract as
 // its twin in kernels_ref.h; activation quantizers are bit-identical to the reference, dot
-// products agree within float reassociation. Only call a level that detected_simd_level() allows.
+// products agree within float reassociation (Q8_0's bit for bit: it has one fixed order, q8_0.cpp).
+// Only call a level that detected_simd_level() allows.
 #include <cstddef>
 #include <cstdint>
 

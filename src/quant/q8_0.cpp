@@ -76,17 +76,26 @@ void quantize_row_q8_0_llamacpp(const float *src, void *dst, int64_t n) {
     }
 }
 
-// y = sum over blocks of f16(d_w) * f16(d_x) * (sum_i q_w[i] * q_x[i])
+// y = sum over blocks of f16(d_w) * f16(d_x) * (sum_i q_w[i] * q_x[i]), in one fixed order that
+// every SIMD twin follows bit for bit (docs/MODEL.md 5.1): block b's exact integer sum s_b gives
+// the term float(s_b) * (d_w * d_x), two roundings; the term is added to chain b mod 16 (the
+// chains start at +0); then chain l takes chain l + 8, l + 4, l + 2 and l + 1 in turn, and chain 0
+// is the result. Sixteen chains let one register hold them (a single row's blocks in lanes) and a
+// block's term be one lane of a register whose other lanes are other weight rows (the multi-row
+// kernels), with no more float work than one product and one addition per block.
 float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
     const auto *wb = static_cast<const BlockQ8_0 *>(w);
     const auto *xb = static_cast<const BlockQ8_0 *>(x);
-    float sum = 0.0f;
+    float chains[kQ8_0Chains] = {};
     for (int64_t b = 0; b < n / kQK8_0; ++b) {
         int32_t sumi = 0;
         for (int i = 0; i < kQK8_0; ++i) sumi += wb[b].qs[i] * xb[b].qs[i];
-        sum += static_cast<float>(sumi) * (f16_to_f32(wb[b].d) * f16_to_f32(xb[b].d));
+        const float term = static_cast<float>(sumi) * (f16_to_f32(wb[b].d) * f16_to_f32(xb[b].d));
+        chains[b % kQ8_0Chains] = chains[b % kQ8_0Chains] + term;
     }
-    return sum;
+    for (int half = kQ8_0Chains / 2; half >= 1; half /= 2)
+        for (int l = 0; l < half; ++l) chains[l] = chains[l] + chains[l + half];
+    return chains[0];
 }
 
 }  // namespace ds4::quant::ref

@@ -68,6 +68,10 @@ struct TypeKernels {
     VecDotFn vec_dot;                    // null for Q8_K, which is never a weight format
     VecDotMultiFn vec_dot_multi;         // null where only vec_dot exists (matmul calls it per row)
     ActivationLayout activation_layout;  // of the rows quantize_activation_row writes
+    // matmul also takes vec_dot_multi for a single activation row (a decode matvec): set where
+    // the multi-row kernel beats vec_dot row by row even then (Q8_0 at AVX-512: the activation's
+    // block sums and scales are computed once for all weight rows).
+    bool vec_dot_multi_for_one_row;
 };
 
 bool is_supported(GgmlType type);

@@ -21,6 +21,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/error.h"
+#include "quant/kernels_ref.h"
 #include "quant/quant.h"
 #include "quant/random_blocks.h"
 
@@ -182,6 +183,43 @@ TEST_P(MatmulByType, MatmulEqualsMatvecsBitForBit) {
                 matmul(pool_of(threads), scratch, type, w.data(), n_rows, k, X.data(), m, Y.data());
                 EXPECT_TRUE(Y.guards_intact()) << what;
                 EXPECT_TRUE(same_bits(expected.data(), Y.data(), m * n_rows)) << what;
+            }
+        }
+    }
+}
+
+// Q8_0's dot has one fixed order of float operations (quant/q8_0.cpp), so every path through
+// matvec and matmul (the row kernel with the activation tables for 1 and 2 rows, the 16-row
+// panels for more) gives the scalar reference's float bit for bit, whatever the level: rows that
+// leave a partial panel, lengths with a partial group of 8 and of 16 blocks.
+TEST(MatmulQ8_0, EveryPathEqualsTheReferenceDot) {
+    for (auto [n_rows, k] : std::vector<std::pair<int64_t, int64_t>>{
+             {37, 25 * 32}, {16, 128 * 32}, {21, 136 * 32}, {3, 32}}) {
+        const auto w = random_weights(GgmlType::Q8_0, n_rows, k, 700 + n_rows);
+        const size_t row_bytes = quant::row_size(GgmlType::Q8_0, k);
+        for (int64_t m : {1, 2, 3, 9}) {
+            const auto X = random_floats(m * k, 900 + m);
+            std::vector<uint8_t> xq(row_bytes);
+            std::vector<float> expected(static_cast<size_t>(m * n_rows));
+            for (int64_t j = 0; j < m; ++j) {
+                quant::ref::quantize_row_q8_0_activation(X.data() + j * k, xq.data(), k);
+                for (int64_t r = 0; r < n_rows; ++r)
+                    expected[static_cast<size_t>(j * n_rows + r)] =
+                        quant::ref::vec_dot_q8_0_q8_0(k, w.data() + r * row_bytes, xq.data());
+            }
+            for (int threads : {1, 3}) {
+                Fenced Y(m * n_rows);
+                ScratchBuffer scratch;
+                if (m == 1)
+                    matvec(pool_of(threads), scratch, GgmlType::Q8_0, w.data(), n_rows, k, X.data(),
+                           Y.data());
+                else
+                    matmul(pool_of(threads), scratch, GgmlType::Q8_0, w.data(), n_rows, k, X.data(),
+                           m, Y.data());
+                EXPECT_TRUE(Y.guards_intact());
+                EXPECT_TRUE(same_bits(expected.data(), Y.data(), m * n_rows))
+                    << n_rows << " rows of " << k << ", m = " << m << ", " << threads
+                    << " threads, level " << quant::simd_level_name(quant::detected_simd_level());
             }
         }
     }

@@ -252,6 +252,37 @@ TEST_P(SimdKernels, DotProductsMatchReferenceOnRandomRows) {
     }
 }
 
+// The Q8_0 dot has one order of float operations (the reference's 16 chains, q8_0.cpp), so every
+// level gives the reference's float bit for bit, not just within kDotTolerance: lengths around
+// the kernels' groups of 8 and 16 blocks, -128 in both operands, and scales from 2^-14 to 2^15.
+TEST_P(SimdKernels, Q8_0DotEqualsReferenceBitForBit) {
+    const DotCase &c = dot_case("q8_0");
+    int compared = 0;
+    for (int64_t nb : {1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 128, 129, 136}) {
+        const int64_t n = nb * kQK8_0;
+        for (int row = 0; row < kRowsPerLength; ++row) {
+            const uint64_t seed = 77 * static_cast<uint64_t>(nb) + static_cast<uint64_t>(row);
+            std::vector<uint8_t> w = random_blocks(GgmlType::Q8_0, n, seed, 2.0f);
+            std::vector<uint8_t> x = activation_row(c, n, seed + 31, row);
+            sprinkle_minus_128(GgmlType::Q8_0, w, seed + 1);
+            sprinkle_minus_128(GgmlType::Q8_0, x, seed + 2);
+            Rng rng(seed + 3);
+            for (size_t b = 0; b < w.size() / sizeof(BlockQ8_0); ++b) {
+                reinterpret_cast<BlockQ8_0 *>(w.data())[b].d =
+                    ref::f32_to_f16(std::ldexp(1.0f, static_cast<int>(rng.below(30)) - 14));
+            }
+            const float want = c.ref(n, w.data(), x.data());
+            const float got = k().dot_q8_0(n, w.data(), x.data());
+            ASSERT_TRUE(std::isfinite(want)) << "nb " << nb << ": test input overflows";
+            EXPECT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
+                << k().name << " nb " << nb << " row " << row << ": " << got << ", reference "
+                << want;
+            ++compared;
+        }
+    }
+    EXPECT_EQ(compared, 15 * kRowsPerLength);
+}
+
 // Every weight at its largest quant and sub-scale and every activation at -128 (then +127, then
 // alternating), so each per-block integer sum is as large as the format allows.
 TEST_P(SimdKernels, DotProductsExactAtExtremeQuants) {

@@ -65,7 +65,7 @@ void product_rows(const WeightMatrix &w, const ActivationRows &x, float *Y, int6
     const auto *w_bytes = static_cast<const uint8_t *>(w.data);
     const auto *x_bytes = static_cast<const uint8_t *>(x.data);
     const int64_t n = y_stride, m = x.m, k = w.k;
-    if (m > 1 && kern.vec_dot_multi != nullptr) {
+    if (kern.vec_dot_multi != nullptr && (m > 1 || kern.vec_dot_multi_for_one_row)) {
         kern.vec_dot_multi(k, w_bytes + static_cast<size_t>(row_begin) * w.row_stride, w.row_stride,
                            row_end - row_begin, x_bytes, x.row_stride, m, Y + row_begin, n);
         return;
