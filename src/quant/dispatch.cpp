@@ -39,8 +39,8 @@ KernelTable scalar_table() {
 
 // Replaces the dot products, the activation quantizers (Q8_0, Q8_K), the Q8_0 weight quantizer
 // and the F16 dequantizer (the KV cache's rows) with one instruction set's versions; the other
-// dequantizers and the K-quant / IQ2_XXS weight quantizers stay scalar. Multi-row dots exist at the
-// AVX-512 level only (set below).
+// dequantizers and the K-quant / IQ2_XXS weight quantizers stay scalar. Multi-row dots are set
+// below: Q8_0's at AVX2, every format's at AVX-512.
 #define DS4_SIMD_TABLE(name, ns)                                                  \
     KernelTable name##_table() {                                                  \
         KernelTable table = scalar_table();                                       \
@@ -87,9 +87,16 @@ KernelTable scalar_table() {
         }                                                                         \
         return table;                                                             \
     }
-DS4_SIMD_TABLE(avx2, avx2)
+DS4_SIMD_TABLE(avx2_single, avx2)
 DS4_SIMD_TABLE(avx512_single, avx512)
 #undef DS4_SIMD_TABLE
+
+KernelTable avx2_table() {
+    KernelTable table = avx2_single_table();
+    for (TypeKernels &k : table)
+        if (k.type == GgmlType::Q8_0) k.vec_dot_multi = avx2::vec_dot_multi_q8_0_q8_0;
+    return table;
+}
 
 KernelTable avx512_table() {
     KernelTable table = avx512_single_table();

@@ -446,30 +446,8 @@ void q8_pack_panel_block(const uint8_t *w, size_t w_stride, int rows, int64_t b,
             r[i] = _mm256_setzero_si256();
         }
     }
-    // Two 8 x 8 transposes of 32-bit words (rows 0-7, rows 8-15).
-    for (int h = 0; h < 2; ++h) {
-        __m256i *a = r + 8 * h;
-        const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]),
-                      t1 = _mm256_unpackhi_epi32(a[0], a[1]);
-        const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]),
-                      t3 = _mm256_unpackhi_epi32(a[2], a[3]);
-        const __m256i t4 = _mm256_unpacklo_epi32(a[4], a[5]),
-                      t5 = _mm256_unpackhi_epi32(a[4], a[5]);
-        const __m256i t6 = _mm256_unpacklo_epi32(a[6], a[7]),
-                      t7 = _mm256_unpackhi_epi32(a[6], a[7]);
-        const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-        const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-        const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
-        const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
-        a[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
-        a[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
-        a[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
-        a[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
-        a[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
-        a[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
-        a[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
-        a[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
-    }
+    simd::transpose8x8_epi32(r);      // rows 0-7
+    simd::transpose8x8_epi32(r + 8);  // rows 8-15
     const __m512i bias = _mm512_set1_epi8(-128);
     for (int g = 0; g < 8; ++g)
         _mm512_store_si512(

@@ -31,7 +31,8 @@ using VecDotMultiKernel = void(int64_t n, const void *w, size_t w_stride, int64_
 
 namespace avx2 {
 DS4_SIMD_KERNEL_DECLS
-}
+VecDotMultiKernel vec_dot_multi_q8_0_q8_0;
+}  // namespace avx2
 namespace avx512 {
 DS4_SIMD_KERNEL_DECLS
 VecDotMultiKernel vec_dot_multi_f32_f32, vec_dot_multi_f16_f32, vec_dot_multi_bf16_f32,

@@ -39,6 +39,27 @@ inline __m256 q8_block_scales8(const BlockQ8_0 *blocks) {
     return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i *>(d)));
 }
 
+// An 8 x 8 matrix of 32-bit words transposed in place: a[i] lane j becomes a[j] lane i
+// (unpacks of 32 and 64 bits, then the 128-bit halves exchanged).
+inline void transpose8x8_epi32(__m256i a[8]) {
+    const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+    const __m256i t4 = _mm256_unpacklo_epi32(a[4], a[5]), t5 = _mm256_unpackhi_epi32(a[4], a[5]);
+    const __m256i t6 = _mm256_unpacklo_epi32(a[6], a[7]), t7 = _mm256_unpackhi_epi32(a[6], a[7]);
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    a[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+    a[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+    a[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+    a[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+    a[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    a[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    a[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    a[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
 // One block's term, float(sum_i w_i x_i) * (d_w * d_x), for the blocks after the last group of 8.
 inline float q8_term(const BlockQ8_0 &w, const BlockQ8_0 &x) {
     int32_t sum = 0;
