@@ -275,48 +275,74 @@ struct BF16Weights {
     }
 };
 
-// dot_f32_in_f64 for m activation rows: each span of kF64Span weights is converted to double
-// once, into a buffer, and every row then runs the single-row operations on it in the same
-// order (acc0..acc3 over the 32-value steps, then the 8-value steps into acc0, the masked tail
-// into acc1), so each result equals dot_f32_in_f64's bit for bit.
+// dot_f32_in_f64 for kW weight rows against m activation rows: each span of kF64Span weights of
+// each row is converted to double once, into a buffer, and each activation row's 8 values are
+// converted once for the kW weight rows; every (weight row, activation row) pair then runs the
+// single-row operations in the same order (acc0..acc3 over the 32-value steps, then the 8-value
+// steps into acc0, the masked tail into acc1), so each result equals dot_f32_in_f64's bit for
+// bit. Four weight rows: 16 accumulators and the 4 converted activation registers of a step.
 constexpr int64_t kF64Span = 256;  // a multiple of the 32-value step
 
-template <class Weights>
-void dot_f32_in_f64_multi(int64_t n, const Weights &w, const void *x, size_t x_stride, int64_t m,
-                          float *out, int64_t out_stride) {
-    alignas(64) double wd[kF64Span];
+template <int kW, class Weights>
+void dot_f32_in_f64_multi(int64_t n, const Weights (&w)[kW], const void *x, size_t x_stride,
+                          int64_t m, float *out, int64_t out_stride) {
+    alignas(64) double wd[kW][kF64Span];
     const int64_t n32 = n / 32 * 32;
     auto row = [&](int64_t j) {
         return reinterpret_cast<const float *>(static_cast<const uint8_t *>(x) + j * x_stride);
     };
     for (int64_t j0 = 0; j0 < m; j0 += kMultiRows) {
         const int64_t rows = std::min(kMultiRows, m - j0);
-        __m512d acc[kMultiRows][4];
+        __m512d acc[kMultiRows][kW][4];
         for (int64_t j = 0; j < rows; ++j)
-            for (auto &a : acc[j]) a = _mm512_setzero_pd();
+            for (auto &per_row : acc[j])
+                for (auto &a : per_row) a = _mm512_setzero_pd();
         for (int64_t s = 0; s < n32; s += kF64Span) {
             const int64_t len = std::min(kF64Span, n32 - s);
-            for (int64_t i = 0; i < len; i += 8)
-                _mm512_store_pd(wd + i, _mm512_cvtps_pd(w.load8(s + i)));
+            for (int r = 0; r < kW; ++r)
+                for (int64_t i = 0; i < len; i += 8)
+                    _mm512_store_pd(wd[r] + i, _mm512_cvtps_pd(w[r].load8(s + i)));
             for (int64_t j = 0; j < rows; ++j) {
                 const float *xj = row(j0 + j) + s;
-                __m512d a0 = acc[j][0], a1 = acc[j][1], a2 = acc[j][2], a3 = acc[j][3];
+                __m512d a[kW][4];
+                for (int r = 0; r < kW; ++r)
+                    for (int q = 0; q < 4; ++q) a[r][q] = acc[j][r][q];
                 for (int64_t i = 0; i < len; i += 32) {
-                    auto fma8 = [&](int64_t k, __m512d a) {
-                        return _mm512_fmadd_pd(_mm512_load_pd(wd + k),
-                                               _mm512_cvtps_pd(_mm256_loadu_ps(xj + k)), a);
-                    };
-                    a0 = fma8(i, a0);
-                    a1 = fma8(i + 8, a1);
-                    a2 = fma8(i + 16, a2);
-                    a3 = fma8(i + 24, a3);
+                    for (int q = 0; q < 4; ++q) {
+                        const __m512d xv = _mm512_cvtps_pd(_mm256_loadu_ps(xj + i + 8 * q));
+                        for (int r = 0; r < kW; ++r)
+                            a[r][q] =
+                                _mm512_fmadd_pd(_mm512_load_pd(wd[r] + i + 8 * q), xv, a[r][q]);
+                    }
                 }
-                acc[j][0] = a0, acc[j][1] = a1, acc[j][2] = a2, acc[j][3] = a3;
+                for (int r = 0; r < kW; ++r)
+                    for (int q = 0; q < 4; ++q) acc[j][r][q] = a[r][q];
             }
         }
         for (int64_t j = 0; j < rows; ++j)
-            out[(j0 + j) * out_stride] =
-                f64_dot_finish(n, n32, w, row(j0 + j), acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+            for (int r = 0; r < kW; ++r)
+                out[(j0 + j) * out_stride + r] =
+                    f64_dot_finish(n, n32, w[r], row(j0 + j), acc[j][r][0], acc[j][r][1],
+                                   acc[j][r][2], acc[j][r][3]);
+    }
+}
+
+// The multi-row dot of a float format over n_w weight rows, four at a time, then one at a time;
+// make(row bytes) gives a row's Weights.
+template <class Make>
+void f64_multi_over_rows(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
+                         size_t x_stride, int64_t m, float *out, int64_t out_stride, Make &&make) {
+    const auto *rows = static_cast<const uint8_t *>(w);
+    int64_t i = 0;
+    for (; i + 4 <= n_w; i += 4) {
+        const decltype(make(rows)) four[4] = {
+            make(rows + i * w_stride), make(rows + (i + 1) * w_stride),
+            make(rows + (i + 2) * w_stride), make(rows + (i + 3) * w_stride)};
+        dot_f32_in_f64_multi<4>(n, four, x, x_stride, m, out + i, out_stride);
+    }
+    for (; i < n_w; ++i) {
+        const decltype(make(rows)) one[1] = {make(rows + i * w_stride)};
+        dot_f32_in_f64_multi<1>(n, one, x, x_stride, m, out + i, out_stride);
     }
 }
 
@@ -355,26 +381,23 @@ float vec_dot_bf16_f32(int64_t n, const void *w, const void *x) {
 
 void vec_dot_multi_f32_f32(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
                            size_t x_stride, int64_t m, float *out, int64_t out_stride) {
-    over_weight_rows(w, w_stride, n_w, out, [&](const uint8_t *row, float *row_out) {
-        dot_f32_in_f64_multi(n, F32Weights{reinterpret_cast<const float *>(row)}, x, x_stride, m,
-                             row_out, out_stride);
-    });
+    f64_multi_over_rows(
+        n, w, w_stride, n_w, x, x_stride, m, out, out_stride,
+        [](const uint8_t *row) { return F32Weights{reinterpret_cast<const float *>(row)}; });
 }
 
 void vec_dot_multi_f16_f32(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
                            size_t x_stride, int64_t m, float *out, int64_t out_stride) {
-    over_weight_rows(w, w_stride, n_w, out, [&](const uint8_t *row, float *row_out) {
-        dot_f32_in_f64_multi(n, F16Weights{reinterpret_cast<const uint16_t *>(row)}, x, x_stride, m,
-                             row_out, out_stride);
-    });
+    f64_multi_over_rows(
+        n, w, w_stride, n_w, x, x_stride, m, out, out_stride,
+        [](const uint8_t *row) { return F16Weights{reinterpret_cast<const uint16_t *>(row)}; });
 }
 
 void vec_dot_multi_bf16_f32(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
                             size_t x_stride, int64_t m, float *out, int64_t out_stride) {
-    over_weight_rows(w, w_stride, n_w, out, [&](const uint8_t *row, float *row_out) {
-        dot_f32_in_f64_multi(n, BF16Weights{reinterpret_cast<const uint16_t *>(row)}, x, x_stride,
-                             m, row_out, out_stride);
-    });
+    f64_multi_over_rows(
+        n, w, w_stride, n_w, x, x_stride, m, out, out_stride,
+        [](const uint8_t *row) { return BF16Weights{reinterpret_cast<const uint16_t *>(row)}; });
 }
 
 // y = sum_b f16(d_w) * f16(d_x) * sum_i w_i x_i, in the reference's order (kernels_ref.h,
