@@ -47,6 +47,7 @@ struct SimdKernelSet {
     VecDotFn dot_q4_K;
     VecDotFn dot_iq2_xxs;
     DequantizeRowFn dequantize_f16;
+    VecDotMultiKernel *dot_multi_q8_0;
 };
 
 #define DS4_KERNEL_SET(ns, level)                                                                  \
@@ -54,7 +55,8 @@ struct SimdKernelSet {
 #ns, level, ns::quantize_row_q8_0, ns::quantize_row_q8_0_activation,                       \
             ns::quantize_row_q8_K, ns::vec_dot_f32_f32, ns::vec_dot_f16_f32, ns::vec_dot_bf16_f32, \
             ns::vec_dot_q8_0_q8_0, ns::vec_dot_mxfp4_q8_0, ns::vec_dot_q2_K_q8_K,                  \
-            ns::vec_dot_q4_K_q8_K, ns::vec_dot_iq2_xxs_q8_K, ns::dequantize_row_f16                \
+            ns::vec_dot_q4_K_q8_K, ns::vec_dot_iq2_xxs_q8_K, ns::dequantize_row_f16,               \
+            ns::vec_dot_multi_q8_0_q8_0                                                            \
     }
 const SimdKernelSet kAvx2 = DS4_KERNEL_SET(avx2, SimdLevel::AVX2);
 const SimdKernelSet kAvx512 = DS4_KERNEL_SET(avx512, SimdLevel::AVX512);
@@ -254,7 +256,8 @@ TEST_P(SimdKernels, DotProductsMatchReferenceOnRandomRows) {
 
 // The Q8_0 dot has one order of float operations (the reference's 16 chains, q8_0.cpp), so every
 // level gives the reference's float bit for bit, not just within kDotTolerance: lengths around
-// the kernels' groups of 8 and 16 blocks, -128 in both operands, and scales from 2^-14 to 2^15.
+// the kernels' groups of 8 and 16 blocks, -128 in both operands, and scales from 2^-14 to 2^16
+// with random mantissas (so that d_w * d_x rounds and the order of the products matters).
 TEST_P(SimdKernels, Q8_0DotEqualsReferenceBitForBit) {
     const DotCase &c = dot_case("q8_0");
     int compared = 0;
@@ -269,7 +272,8 @@ TEST_P(SimdKernels, Q8_0DotEqualsReferenceBitForBit) {
             Rng rng(seed + 3);
             for (size_t b = 0; b < w.size() / sizeof(BlockQ8_0); ++b) {
                 reinterpret_cast<BlockQ8_0 *>(w.data())[b].d =
-                    ref::f32_to_f16(std::ldexp(1.0f, static_cast<int>(rng.below(30)) - 14));
+                    ref::f32_to_f16(std::ldexp(1.0f + static_cast<float>(rng.below(1024)) / 1024.0f,
+                                               static_cast<int>(rng.below(30)) - 14));
             }
             const float want = c.ref(n, w.data(), x.data());
             const float got = k().dot_q8_0(n, w.data(), x.data());
@@ -281,6 +285,50 @@ TEST_P(SimdKernels, Q8_0DotEqualsReferenceBitForBit) {
         }
     }
     EXPECT_EQ(compared, 15 * kRowsPerLength);
+}
+
+// The level's Q8_0 multi-row kernel against the reference dot, bit for bit, on the shapes of its
+// paths: 1 and 2 activation rows (the row kernel with the activation's tables), 3 and more
+// (panels of 16 rows at AVX-512, from 8 rows panels of 8 at AVX2), weight rows that fill panels
+// and leave partial ones, block counts around the groups of 8 and 16; -128 in both operands,
+// random f16 scales, outputs in a wider row (out_stride) whose gaps must stay untouched.
+TEST_P(SimdKernels, Q8_0MultiRowEqualsReferenceBitForBit) {
+    const DotCase &c = dot_case("q8_0");
+    int compared = 0;
+    for (int64_t nb : {1, 9, 16, 33}) {
+        const int64_t n = nb * kQK8_0;
+        const size_t row_bytes = row_size(GgmlType::Q8_0, n);
+        for (int64_t n_w : {1, 7, 16, 17, 40}) {
+            for (int64_t m : {1, 2, 3, 8, 11}) {
+                const uint64_t seed = 1000003 * static_cast<uint64_t>(nb) +
+                                      1009 * static_cast<uint64_t>(n_w) + static_cast<uint64_t>(m);
+                std::vector<uint8_t> w = random_blocks(GgmlType::Q8_0, n * n_w, seed, 2.0f);
+                std::vector<uint8_t> x = random_blocks(GgmlType::Q8_0, n * m, seed + 1, 3.0f);
+                sprinkle_minus_128(GgmlType::Q8_0, w, seed + 2);
+                sprinkle_minus_128(GgmlType::Q8_0, x, seed + 3);
+                const int64_t out_stride = n_w + 3;
+                std::vector<float> out(static_cast<size_t>(m * out_stride), -7.0f);
+                k().dot_multi_q8_0(n, w.data(), row_bytes, n_w, x.data(), row_bytes, m, out.data(),
+                                   out_stride);
+                for (int64_t j = 0; j < m; ++j) {
+                    for (int64_t i = 0; i < out_stride; ++i) {
+                        const float got = out[static_cast<size_t>(j * out_stride + i)];
+                        if (i >= n_w) {
+                            EXPECT_EQ(got, -7.0f) << "wrote outside the rows, m " << m;
+                            continue;
+                        }
+                        const float want =
+                            c.ref(n, w.data() + i * row_bytes, x.data() + j * row_bytes);
+                        EXPECT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
+                            << k().name << " nb " << nb << ", " << n_w << " weight rows, m " << m
+                            << ", row " << i << " x " << j << ": " << got << ", reference " << want;
+                        ++compared;
+                    }
+                }
+            }
+        }
+    }
+    EXPECT_EQ(compared, 4 * (1 + 7 + 16 + 17 + 40) * (1 + 2 + 3 + 8 + 11));
 }
 
 // Every weight at its largest quant and sub-scale and every activation at -128 (then +127, then

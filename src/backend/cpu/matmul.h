@@ -10,7 +10,8 @@
 // contiguous chunks. Within a chunk each weight row is dotted with all m activation rows while
 // it is in L1, so W is read from memory once whatever m is.
 //
-// Every output element is one call of the format's vec_dot on (weight row, activation row), so
+// Every output element has the bits of the format's vec_dot on (weight row, activation row) (one
+// call of it, or a multi-row kernel that computes the same operations: quant.h VecDotMultiFn), so
 // the result does not depend on the thread count, and matmul equals m matvecs bit for bit.
 #include <cstddef>
 #include <cstdint>

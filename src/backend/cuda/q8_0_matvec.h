@@ -10,8 +10,10 @@
 //      quantize_row_q8_0_activation (d = amax / 127, q = round-half-even(x / d), NaN -> -128),
 //      with the scale kept as the f32 value of its f16 rounding.
 //   3. matvec_q8_0: per row, sum over blocks of float(sum_i qw_i qx_i) * (dw * dx), the same
-//      terms as the CPU's vec_dot_q8_0_q8_0; only the order of the float additions differs
-//      (per lane, then a fixed butterfly across the warp: deterministic run to run).
+//      integer sums and scales as the CPU's vec_dot_q8_0_q8_0; the order of the float additions
+//      differs (per lane, then a fixed butterfly across the warp: deterministic run to run), and
+//      nvcc may fuse a term's product into its addition, which the CPU keeps as two roundings
+//      (docs/MODEL.md 5.1), so the two agree within float rounding, not bit for bit.
 //
 // matvec_q8_0_experts is the same kernel over several experts of one [n_experts][n_rows][k]
 // tensor (the routed experts of the q8 files), with the expert ids read on the device as for
