@@ -93,8 +93,13 @@ DS4_SIMD_TABLE(avx512_single, avx512)
 
 KernelTable avx2_table() {
     KernelTable table = avx2_single_table();
-    for (TypeKernels &k : table)
-        if (k.type == GgmlType::Q8_0) k.vec_dot_multi = avx2::vec_dot_multi_q8_0_q8_0;
+    for (TypeKernels &k : table) {
+        if (k.type != GgmlType::Q8_0) continue;
+        k.vec_dot_multi = avx2::vec_dot_multi_q8_0_q8_0;
+        k.multi_tables = {avx2::q8_0_multi_tables_bytes, avx2::make_q8_0_multi_tables,
+                          avx2::vec_dot_multi_q8_0_q8_0_tables};
+        k.multi_row_panel = 8;
+    }
     return table;
 }
 
@@ -107,6 +112,9 @@ KernelTable avx512_table() {
         if (k.type == GgmlType::Q8_0) {
             k.vec_dot_multi = avx512::vec_dot_multi_q8_0_q8_0;
             k.vec_dot_multi_for_one_row = true;
+            k.multi_tables = {avx512::q8_0_multi_tables_bytes, avx512::make_q8_0_multi_tables,
+                              avx512::vec_dot_multi_q8_0_q8_0_tables};
+            k.multi_row_panel = 16;
         }
         if (k.type == GgmlType::Q2_K) k.vec_dot_multi = avx512::vec_dot_multi_q2_K_q8_K;
         if (k.type == GgmlType::Q4_K) k.vec_dot_multi = avx512::vec_dot_multi_q4_K_q8_K;

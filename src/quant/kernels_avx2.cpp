@@ -390,10 +390,10 @@ void q8_activation_tables(const void *x, size_t x_stride, int64_t m, int64_t nb,
             reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
         for (int64_t b = 0; b < nb; ++b) {
             int16_t *dst = x16 + (j * nb + b) * kQK8_0;
-            _mm256_store_si256(reinterpret_cast<__m256i *>(dst),
-                               _mm256_cvtepi8_epi16(load128(xb[b].qs)));
-            _mm256_store_si256(reinterpret_cast<__m256i *>(dst + 16),
-                               _mm256_cvtepi8_epi16(load128(xb[b].qs + 16)));
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst),
+                                _mm256_cvtepi8_epi16(load128(xb[b].qs)));
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + 16),
+                                _mm256_cvtepi8_epi16(load128(xb[b].qs + 16)));
             dx[j * nb + b] = simd::f16_to_f32(xb[b].d);
         }
     }
@@ -442,8 +442,32 @@ constexpr int64_t kPanelMinRows = 8;
 
 }  // namespace
 
+// The tables (from kPanelMinRows activation rows; none below): every activation value as int16,
+// then d_x of every block (f32).
+size_t q8_0_multi_tables_bytes(int64_t n, int64_t m) {
+    if (m < kPanelMinRows) return 0;
+    return static_cast<size_t>(m * (n / kQK8_0)) * (kQK8_0 * sizeof(int16_t) + sizeof(float));
+}
+
+void make_q8_0_multi_tables(int64_t n, const void *x, size_t x_stride, int64_t m, void *tables) {
+    if (m < kPanelMinRows) return;
+    const int64_t nb = n / kQK8_0;
+    auto *bytes = static_cast<uint8_t *>(tables);
+    q8_activation_tables(
+        x, x_stride, m, nb, reinterpret_cast<int16_t *>(bytes),
+        reinterpret_cast<float *>(bytes + static_cast<size_t>(m * nb) * kQK8_0 * sizeof(int16_t)));
+}
+
 void vec_dot_multi_q8_0_q8_0(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
                              size_t x_stride, int64_t m, float *out, int64_t out_stride) {
+    void *tables = kernel_scratch(1, q8_0_multi_tables_bytes(n, m));
+    make_q8_0_multi_tables(n, x, x_stride, m, tables);
+    vec_dot_multi_q8_0_q8_0_tables(n, w, w_stride, n_w, x, x_stride, m, tables, out, out_stride);
+}
+
+void vec_dot_multi_q8_0_q8_0_tables(int64_t n, const void *w, size_t w_stride, int64_t n_w,
+                                    const void *x, size_t x_stride, int64_t m, const void *tables,
+                                    float *out, int64_t out_stride) {
     const auto *rows = static_cast<const uint8_t *>(w);
     if (m < kPanelMinRows) {
         for (int64_t i = 0; i < n_w; ++i)
@@ -455,11 +479,10 @@ void vec_dot_multi_q8_0_q8_0(int64_t n, const void *w, size_t w_stride, int64_t 
     const int64_t nb = n / kQK8_0;
     auto *panel =
         static_cast<uint8_t *>(kernel_scratch(0, static_cast<size_t>(nb * kPanelBlockBytes)));
-    auto *tables = static_cast<uint8_t *>(
-        kernel_scratch(1, static_cast<size_t>(m * nb) * (kQK8_0 * sizeof(int16_t) + 4)));
-    auto *x16 = reinterpret_cast<int16_t *>(tables);
-    auto *dx = reinterpret_cast<float *>(tables + static_cast<size_t>(m * nb) * kQK8_0 * 2);
-    q8_activation_tables(x, x_stride, m, nb, x16, dx);
+    const auto *x16 = static_cast<const int16_t *>(tables);
+    const auto *dx =
+        reinterpret_cast<const float *>(static_cast<const uint8_t *>(tables) +
+                                        static_cast<size_t>(m * nb) * kQK8_0 * sizeof(int16_t));
     for (int64_t r0 = 0; r0 < n_w; r0 += kPanelRows) {
         const int rows_here = static_cast<int>(n_w - r0 < kPanelRows ? n_w - r0 : kPanelRows);
         for (int64_t b = 0; b < nb; ++b)

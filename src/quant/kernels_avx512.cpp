@@ -564,14 +564,33 @@ void q8_rows_by_tables(int64_t n, const uint8_t *w, size_t w_stride, int64_t n_w
 
 }  // namespace
 
+// The tables: d_x of every activation block (f32), then -128 * its sum (int32).
+size_t q8_0_multi_tables_bytes(int64_t n, int64_t m) {
+    return static_cast<size_t>(m * (n / kQK8_0)) * 8;
+}
+
+void make_q8_0_multi_tables(int64_t n, const void *x, size_t x_stride, int64_t m, void *tables) {
+    const int64_t nb = n / kQK8_0;
+    auto *bytes = static_cast<uint8_t *>(tables);
+    q8_activation_tables(x, x_stride, m, nb, reinterpret_cast<float *>(bytes),
+                         reinterpret_cast<int32_t *>(bytes + static_cast<size_t>(m * nb) * 4));
+}
+
 void vec_dot_multi_q8_0_q8_0(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
                              size_t x_stride, int64_t m, float *out, int64_t out_stride) {
+    void *tables = kernel_scratch(1, q8_0_multi_tables_bytes(n, m));
+    make_q8_0_multi_tables(n, x, x_stride, m, tables);
+    vec_dot_multi_q8_0_q8_0_tables(n, w, w_stride, n_w, x, x_stride, m, tables, out, out_stride);
+}
+
+void vec_dot_multi_q8_0_q8_0_tables(int64_t n, const void *w, size_t w_stride, int64_t n_w,
+                                    const void *x, size_t x_stride, int64_t m, const void *tables,
+                                    float *out, int64_t out_stride) {
     const auto *rows = static_cast<const uint8_t *>(w);
     const int64_t nb = n / kQK8_0;
-    auto *tables = static_cast<uint8_t *>(kernel_scratch(1, static_cast<size_t>(m * nb) * 8));
-    auto *dx = reinterpret_cast<float *>(tables);
-    auto *unbias = reinterpret_cast<int32_t *>(tables + static_cast<size_t>(m * nb) * 4);
-    q8_activation_tables(x, x_stride, m, nb, dx, unbias);
+    const auto *dx = static_cast<const float *>(tables);
+    const auto *unbias = reinterpret_cast<const int32_t *>(static_cast<const uint8_t *>(tables) +
+                                                           static_cast<size_t>(m * nb) * 4);
     if (m < kPanelMinRows) {
         q8_rows_by_tables(n, rows, w_stride, n_w, x, x_stride, m, out, out_stride, dx, unbias);
         return;

@@ -29,15 +29,27 @@ using VecDotMultiKernel = void(int64_t n, const void *w, size_t w_stride, int64_
                                const void *x, size_t x_stride, int64_t m, float *out,
                                int64_t out_stride);
 
+// Q8_0's multi-row kernel in two parts, so that a matmul builds the activations' tables once for
+// all its chunks of weight rows: the tables' bytes for m activation rows of n values, the tables,
+// and the product that reads them (vec_dot_multi_q8_0_q8_0 is the three in a row).
+#define DS4_Q8_0_MULTI_DECLS                                                                    \
+    VecDotMultiKernel vec_dot_multi_q8_0_q8_0;                                                  \
+    size_t q8_0_multi_tables_bytes(int64_t n, int64_t m);                                       \
+    void make_q8_0_multi_tables(int64_t n, const void *x, size_t x_stride, int64_t m,           \
+                                void *tables);                                                  \
+    void vec_dot_multi_q8_0_q8_0_tables(int64_t n, const void *w, size_t w_stride, int64_t n_w, \
+                                        const void *x, size_t x_stride, int64_t m,              \
+                                        const void *tables, float *out, int64_t out_stride);
+
 namespace avx2 {
 DS4_SIMD_KERNEL_DECLS
-VecDotMultiKernel vec_dot_multi_q8_0_q8_0;
+DS4_Q8_0_MULTI_DECLS
 }  // namespace avx2
 namespace avx512 {
 DS4_SIMD_KERNEL_DECLS
+DS4_Q8_0_MULTI_DECLS
 VecDotMultiKernel vec_dot_multi_f32_f32, vec_dot_multi_f16_f32, vec_dot_multi_bf16_f32,
-    vec_dot_multi_q8_0_q8_0, vec_dot_multi_q2_K_q8_K, vec_dot_multi_q4_K_q8_K,
-    vec_dot_multi_iq2_xxs_q8_K;
+    vec_dot_multi_q2_K_q8_K, vec_dot_multi_q4_K_q8_K, vec_dot_multi_iq2_xxs_q8_K;
 }  // namespace avx512
 // IQ2_XXS with VBMI + GFNI shuffles (kernels_avx512_vbmi.cpp): the activation rows are in
 // ActivationLayout::Iq2xxsPositionMajor, written by quantize_row_q8_K_iq2_xxs.
@@ -48,5 +60,6 @@ VecDotMultiKernel vec_dot_multi_iq2_xxs_q8_K;
 }  // namespace avx512vbmi
 
 #undef DS4_SIMD_KERNEL_DECLS
+#undef DS4_Q8_0_MULTI_DECLS
 
 }  // namespace ds4::quant

@@ -47,6 +47,22 @@ using VecDotMultiFn = void (*)(int64_t n, const void *w_rows, size_t w_stride, i
                                const void *act_rows, size_t act_stride, int64_t m, float *out,
                                int64_t out_stride);
 
+// A multi-row kernel's per-call tables of the activation rows (Q8_0: each block's scale and sum),
+// in three parts so that a matmul builds them once for all its chunks of weight rows: their bytes
+// for m rows of n values (0: none), building them, and the product that reads them, with
+// vec_dot_multi's contract and bits.
+using MultiTablesBytesFn = size_t (*)(int64_t n, int64_t m);
+using MakeMultiTablesFn = void (*)(int64_t n, const void *act_rows, size_t act_stride, int64_t m,
+                                   void *tables);
+using VecDotMultiTablesFn = void (*)(int64_t n, const void *w_rows, size_t w_stride, int64_t n_w,
+                                     const void *act_rows, size_t act_stride, int64_t m,
+                                     const void *tables, float *out, int64_t out_stride);
+struct MultiRowTables {
+    MultiTablesBytesFn bytes = nullptr;  // null where the kernel has no tables
+    MakeMultiTablesFn make = nullptr;
+    VecDotMultiTablesFn dot = nullptr;
+};
+
 // How quantized activation rows are arranged. Blocks: consecutive vec_dot_type blocks.
 // Iq2xxsPositionMajor: the IQ2_XXS kernel of the AVX512Vbmi level wants each pair of Q8_K
 // super-blocks transposed so that one register holds value j of 64 groups of 8, then the
@@ -72,6 +88,11 @@ struct TypeKernels {
     // the multi-row kernel beats vec_dot row by row even then (Q8_0 at AVX-512: the activation's
     // block sums and scales are computed once for all weight rows).
     bool vec_dot_multi_for_one_row;
+    MultiRowTables multi_tables;
+    // The multi-row kernel works on panels of this many weight rows (Q8_0: 16 at AVX-512, 8 at
+    // AVX2; 0: no panels): matmul rounds its chunks of weight rows up to a multiple of it when
+    // there are several activation rows, so that no chunk but a matrix's last leaves lanes empty.
+    int multi_row_panel;
 };
 
 bool is_supported(GgmlType type);

@@ -28,6 +28,26 @@ int64_t rows_per_chunk(int64_t n_rows, size_t row_bytes, int n_threads) {
     return std::clamp(share, min_rows, max_rows);
 }
 
+// The chunk for a product of m activation rows: rows_per_chunk, rounded up to whole panels of
+// the format's multi-row kernel when it will take the chunk in panels (quant.h multi_row_panel).
+int64_t rows_per_chunk(const WeightMatrix &w, int64_t m, int n_threads) {
+    const int64_t rows = rows_per_chunk(w.n_rows, w.row_stride, n_threads);
+    const int64_t panel = quant::kernels(w.type).multi_row_panel;
+    if (m <= 1 || panel <= 1) return rows;
+    return (rows + panel - 1) / panel * panel;
+}
+
+// The multi-row kernel's tables for x, built once for every chunk of a product (empty when the
+// format's kernel has none, or will not take these rows).
+std::vector<uint8_t> multi_tables(const WeightMatrix &w, const ActivationRows &x) {
+    const quant::TypeKernels &kern = quant::kernels(w.type);
+    const bool multi = kern.vec_dot_multi != nullptr && (x.m > 1 || kern.vec_dot_multi_for_one_row);
+    if (!multi || kern.multi_tables.bytes == nullptr) return {};
+    std::vector<uint8_t> tables(kern.multi_tables.bytes(w.k, x.m));
+    if (!tables.empty()) kern.multi_tables.make(w.k, x.data, x.row_stride, x.m, tables.data());
+    return tables;
+}
+
 void check_weight(const WeightMatrix &w) {
     if (w.n_rows < 0 || w.k <= 0)
         throw Error("matmul: bad weight shape " + std::to_string(w.n_rows) + " x " +
@@ -59,12 +79,19 @@ void check_activations(const WeightMatrix &w, const ActivationRows &x) {
 // batch-inner: a
 // weight row is fetched from memory once and reused x.m times from L1 (decoded once, where the
 // format has a multi-row dot); the activation rows (x.m x ~1.1 bytes x k) stay in L2.
-void product_rows(const WeightMatrix &w, const ActivationRows &x, float *Y, int64_t y_stride,
-                  int64_t row_begin, int64_t row_end) {
+void product_rows(const WeightMatrix &w, const ActivationRows &x,
+                  const std::vector<uint8_t> &tables, float *Y, int64_t y_stride, int64_t row_begin,
+                  int64_t row_end) {
     const quant::TypeKernels &kern = quant::kernels(w.type);
     const auto *w_bytes = static_cast<const uint8_t *>(w.data);
     const auto *x_bytes = static_cast<const uint8_t *>(x.data);
     const int64_t n = y_stride, m = x.m, k = w.k;
+    if (!tables.empty()) {
+        kern.multi_tables.dot(k, w_bytes + static_cast<size_t>(row_begin) * w.row_stride,
+                              w.row_stride, row_end - row_begin, x_bytes, x.row_stride, m,
+                              tables.data(), Y + row_begin, n);
+        return;
+    }
     if (kern.vec_dot_multi != nullptr && (m > 1 || kern.vec_dot_multi_for_one_row)) {
         kern.vec_dot_multi(k, w_bytes + static_cast<size_t>(row_begin) * w.row_stride, w.row_stride,
                            row_end - row_begin, x_bytes, x.row_stride, m, Y + row_begin, n);
@@ -101,9 +128,10 @@ void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const Activatio
     check_activations(w, x);
     if (x.m <= 0 || w.n_rows == 0) return;
 
-    pool.parallel_for(w.n_rows, rows_per_chunk(w.n_rows, w.row_stride, pool.n_threads()),
+    const std::vector<uint8_t> tables = multi_tables(w, x);
+    pool.parallel_for(w.n_rows, rows_per_chunk(w, x.m, pool.n_threads()),
                       [&](int64_t row_begin, int64_t row_end, int) {
-                          product_rows(w, x, Y, w.n_rows, row_begin, row_end);
+                          product_rows(w, x, tables, Y, w.n_rows, row_begin, row_end);
                       });
 }
 
@@ -123,6 +151,10 @@ void matmul_many(ThreadPool &pool, std::span<const MatrixProduct> products) {
         int64_t begin, end;
     };
     std::vector<Chunk> chunks;
+    // Each product's tables; products that share their activation rows (an expert's gate and up)
+    // share them.
+    std::vector<std::vector<uint8_t>> tables;
+    std::vector<size_t> tables_of(products.size(), 0);
     for (size_t p = 0; p < products.size(); ++p) {
         const MatrixProduct &mp = products[p];
         check_weight(mp.w);
@@ -132,7 +164,16 @@ void matmul_many(ThreadPool &pool, std::span<const MatrixProduct> products) {
                         std::to_string(mp.y_stride) + " floats apart, shorter than its " +
                         std::to_string(mp.w.n_rows) + " rows");
         if (mp.x.m <= 0) continue;
-        const int64_t chunk = rows_per_chunk(mp.w.n_rows, mp.w.row_stride, pool.n_threads());
+        const MatrixProduct *prev = p > 0 ? &products[p - 1] : nullptr;
+        if (prev != nullptr && prev->x.m > 0 && mp.x.data == prev->x.data && mp.x.m == prev->x.m &&
+            mp.x.row_stride == prev->x.row_stride && mp.w.type == prev->w.type &&
+            mp.w.k == prev->w.k) {
+            tables_of[p] = tables_of[p - 1];
+        } else {
+            tables_of[p] = tables.size();
+            tables.push_back(multi_tables(mp.w, mp.x));
+        }
+        const int64_t chunk = rows_per_chunk(mp.w, mp.x.m, pool.n_threads());
         for (int64_t r = 0; r < mp.w.n_rows; r += chunk)
             chunks.push_back({p, r, std::min(mp.w.n_rows, r + chunk)});
     }
@@ -140,8 +181,8 @@ void matmul_many(ThreadPool &pool, std::span<const MatrixProduct> products) {
         for (int64_t c = c0; c < c1; ++c) {
             const Chunk &ch = chunks[size_t(c)];
             const MatrixProduct &mp = products[ch.product];
-            product_rows(mp.w, mp.x, mp.Y, mp.y_stride > 0 ? mp.y_stride : mp.w.n_rows, ch.begin,
-                         ch.end);
+            product_rows(mp.w, mp.x, tables[tables_of[ch.product]], mp.Y,
+                         mp.y_stride > 0 ? mp.y_stride : mp.w.n_rows, ch.begin, ch.end);
         }
     });
 }
