@@ -96,6 +96,7 @@ KernelTable avx2_table() {
     for (TypeKernels &k : table) {
         if (k.type != GgmlType::Q8_0) continue;
         k.vec_dot_multi = avx2::vec_dot_multi_q8_0_q8_0;
+        k.vec_dot_multi_for_one_row = true;
         k.multi_tables = {avx2::q8_0_multi_tables_bytes, avx2::make_q8_0_multi_tables,
                           avx2::vec_dot_multi_q8_0_q8_0_tables};
         k.multi_row_panel = 8;

@@ -435,6 +435,47 @@ void q8_panel_columns(const uint8_t *panel, int64_t nb, const int16_t *x16, cons
     }
 }
 
+// Weight rows one at a time against few activation rows (a decode matvec is m = 1), in the
+// one-row kernel's layout (vec_dot_q8_0_q8_0) with the activations already widened to int16 in
+// the tables, so a block's 8 lanes take two widenings and two vpmaddwd instead of four and two;
+// d_x from the tables. The same sums and terms, so the same bits.
+void q8_rows_by_tables(int64_t n, const uint8_t *w, size_t w_stride, int64_t n_w, const void *x,
+                       size_t x_stride, int64_t m, const int16_t *x16, const float *dx, float *out,
+                       int64_t out_stride) {
+    const int64_t nb = n / kQK8_0;
+    for (int64_t i = 0; i < n_w; ++i) {
+        const auto *wb = reinterpret_cast<const BlockQ8_0 *>(w + i * w_stride);
+        for (int64_t j = 0; j < m; ++j) {
+            const auto *xb =
+                reinterpret_cast<const BlockQ8_0 *>(static_cast<const uint8_t *>(x) + j * x_stride);
+            const int16_t *x16_j = x16 + j * nb * kQK8_0;
+            const float *dx_j = dx + j * nb;
+            __m256 chains[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            int64_t b = 0;
+            for (; b + 8 <= nb; b += 8) {
+                __m256i p[8];
+                for (int k = 0; k < 8; ++k) {
+                    const int16_t *xv = x16_j + (b + k) * kQK8_0;
+                    const __m256i lo = _mm256_madd_epi16(
+                        _mm256_cvtepi8_epi16(load128(wb[b + k].qs)),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xv)));
+                    const __m256i hi = _mm256_madd_epi16(
+                        _mm256_cvtepi8_epi16(load128(wb[b + k].qs + 16)),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xv + 16)));
+                    p[k] = _mm256_add_epi32(lo, hi);
+                }
+                const __m256 d =
+                    _mm256_mul_ps(simd::q8_block_scales8(wb + b), _mm256_loadu_ps(dx_j + b));
+                const __m256 terms =
+                    simd::q8_unfused(_mm256_mul_ps(_mm256_cvtepi32_ps(simd::q8_block_sums8(p)), d));
+                __m256 &chain = chains[(b / 8) % 2];
+                chain = _mm256_add_ps(chain, terms);
+            }
+            out[j * out_stride + i] = simd::q8_finish_chains(chains, wb, xb, b, nb);
+        }
+    }
+}
+
 // Activation rows below this many take the one-row kernel: the panel's repacking and the
 // activations' widening cost about as much as a few rows' products (at m = 4 the panel was 0.9x
 // the one-row kernel on a Zen 4 limited to AVX2, at m = 16 1.28x).
@@ -442,15 +483,12 @@ constexpr int64_t kPanelMinRows = 8;
 
 }  // namespace
 
-// The tables (from kPanelMinRows activation rows; none below): every activation value as int16,
-// then d_x of every block (f32).
+// The tables: every activation value as int16, then d_x of every block (f32).
 size_t q8_0_multi_tables_bytes(int64_t n, int64_t m) {
-    if (m < kPanelMinRows) return 0;
     return static_cast<size_t>(m * (n / kQK8_0)) * (kQK8_0 * sizeof(int16_t) + sizeof(float));
 }
 
 void make_q8_0_multi_tables(int64_t n, const void *x, size_t x_stride, int64_t m, void *tables) {
-    if (m < kPanelMinRows) return;
     const int64_t nb = n / kQK8_0;
     auto *bytes = static_cast<uint8_t *>(tables);
     q8_activation_tables(
@@ -469,20 +507,17 @@ void vec_dot_multi_q8_0_q8_0_tables(int64_t n, const void *w, size_t w_stride, i
                                     const void *x, size_t x_stride, int64_t m, const void *tables,
                                     float *out, int64_t out_stride) {
     const auto *rows = static_cast<const uint8_t *>(w);
-    if (m < kPanelMinRows) {
-        for (int64_t i = 0; i < n_w; ++i)
-            for (int64_t j = 0; j < m; ++j)
-                out[j * out_stride + i] = vec_dot_q8_0_q8_0(
-                    n, rows + i * w_stride, static_cast<const uint8_t *>(x) + j * x_stride);
-        return;
-    }
     const int64_t nb = n / kQK8_0;
-    auto *panel =
-        static_cast<uint8_t *>(kernel_scratch(0, static_cast<size_t>(nb * kPanelBlockBytes)));
     const auto *x16 = static_cast<const int16_t *>(tables);
     const auto *dx =
         reinterpret_cast<const float *>(static_cast<const uint8_t *>(tables) +
                                         static_cast<size_t>(m * nb) * kQK8_0 * sizeof(int16_t));
+    if (m < kPanelMinRows) {
+        q8_rows_by_tables(n, rows, w_stride, n_w, x, x_stride, m, x16, dx, out, out_stride);
+        return;
+    }
+    auto *panel =
+        static_cast<uint8_t *>(kernel_scratch(0, static_cast<size_t>(nb * kPanelBlockBytes)));
     for (int64_t r0 = 0; r0 < n_w; r0 += kPanelRows) {
         const int rows_here = static_cast<int>(n_w - r0 < kPanelRows ? n_w - r0 : kPanelRows);
         for (int64_t b = 0; b < nb; ++b)
