@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "quant/kernel_scratch.h"
 #include "quant/kernels_ref.h"
 #include "quant/kernels_simd.h"
 #include "quant/quant.h"
@@ -91,11 +92,23 @@ DS4_SIMD_TABLE(avx2_single, avx2)
 DS4_SIMD_TABLE(avx512_single, avx512)
 #undef DS4_SIMD_TABLE
 
+// A multi-row kernel with tables as a VecDotMultiFn: the tables in the calling thread's scratch,
+// built for this call.
+template <MultiTablesBytesFn kBytes, MakeMultiTablesFn kMake, VecDotMultiTablesFn kDot>
+void multi_with_own_tables(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
+                           size_t x_stride, int64_t m, float *out, int64_t out_stride) {
+    void *tables = kernel_scratch(1, kBytes(n, m));
+    kMake(n, x, x_stride, m, tables);
+    kDot(n, w, w_stride, n_w, x, x_stride, m, tables, out, out_stride);
+}
+
 KernelTable avx2_table() {
     KernelTable table = avx2_single_table();
     for (TypeKernels &k : table) {
         if (k.type != GgmlType::Q8_0) continue;
-        k.vec_dot_multi = avx2::vec_dot_multi_q8_0_q8_0;
+        k.vec_dot_multi =
+            multi_with_own_tables<avx2::q8_0_multi_tables_bytes, avx2::make_q8_0_multi_tables,
+                                  avx2::vec_dot_multi_q8_0_q8_0_tables>;
         k.vec_dot_multi_for_one_row = true;
         k.multi_tables = {avx2::q8_0_multi_tables_bytes, avx2::make_q8_0_multi_tables,
                           avx2::vec_dot_multi_q8_0_q8_0_tables};
@@ -111,7 +124,9 @@ KernelTable avx512_table() {
         if (k.type == GgmlType::F16) k.vec_dot_multi = avx512::vec_dot_multi_f16_f32;
         if (k.type == GgmlType::BF16) k.vec_dot_multi = avx512::vec_dot_multi_bf16_f32;
         if (k.type == GgmlType::Q8_0) {
-            k.vec_dot_multi = avx512::vec_dot_multi_q8_0_q8_0;
+            k.vec_dot_multi = multi_with_own_tables<avx512::q8_0_multi_tables_bytes,
+                                                    avx512::make_q8_0_multi_tables,
+                                                    avx512::vec_dot_multi_q8_0_q8_0_tables>;
             k.vec_dot_multi_for_one_row = true;
             k.multi_tables = {avx512::q8_0_multi_tables_bytes, avx512::make_q8_0_multi_tables,
                               avx512::vec_dot_multi_q8_0_q8_0_tables};

@@ -576,13 +576,6 @@ void make_q8_0_multi_tables(int64_t n, const void *x, size_t x_stride, int64_t m
                          reinterpret_cast<int32_t *>(bytes + static_cast<size_t>(m * nb) * 4));
 }
 
-void vec_dot_multi_q8_0_q8_0(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
-                             size_t x_stride, int64_t m, float *out, int64_t out_stride) {
-    void *tables = kernel_scratch(1, q8_0_multi_tables_bytes(n, m));
-    make_q8_0_multi_tables(n, x, x_stride, m, tables);
-    vec_dot_multi_q8_0_q8_0_tables(n, w, w_stride, n_w, x, x_stride, m, tables, out, out_stride);
-}
-
 void vec_dot_multi_q8_0_q8_0_tables(int64_t n, const void *w, size_t w_stride, int64_t n_w,
                                     const void *x, size_t x_stride, int64_t m, const void *tables,
                                     float *out, int64_t out_stride) {

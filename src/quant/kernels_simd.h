@@ -29,11 +29,11 @@ using VecDotMultiKernel = void(int64_t n, const void *w, size_t w_stride, int64_
                                const void *x, size_t x_stride, int64_t m, float *out,
                                int64_t out_stride);
 
-// Q8_0's multi-row kernel in two parts, so that a matmul builds the activations' tables once for
-// all its chunks of weight rows: the tables' bytes for m activation rows of n values, the tables,
-// and the product that reads them (vec_dot_multi_q8_0_q8_0 is the three in a row).
+// Q8_0's multi-row kernel in parts (quant.h MultiRowTables), so that a matmul builds the
+// activations' tables once for all its chunks of weight rows: the tables' bytes for m activation
+// rows of n values, the tables, and the product that reads them (dispatch.cpp's
+// multi_with_own_tables runs the three in a row as a VecDotMultiFn).
 #define DS4_Q8_0_MULTI_DECLS                                                                    \
-    VecDotMultiKernel vec_dot_multi_q8_0_q8_0;                                                  \
     size_t q8_0_multi_tables_bytes(int64_t n, int64_t m);                                       \
     void make_q8_0_multi_tables(int64_t n, const void *x, size_t x_stride, int64_t m,           \
                                 void *tables);                                                  \

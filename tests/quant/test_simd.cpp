@@ -47,7 +47,7 @@ struct SimdKernelSet {
     VecDotFn dot_q4_K;
     VecDotFn dot_iq2_xxs;
     DequantizeRowFn dequantize_f16;
-    VecDotMultiKernel *dot_multi_q8_0;
+    MultiRowTables multi_q8_0;
 };
 
 #define DS4_KERNEL_SET(ns, level)                                                                  \
@@ -56,7 +56,8 @@ struct SimdKernelSet {
             ns::quantize_row_q8_K, ns::vec_dot_f32_f32, ns::vec_dot_f16_f32, ns::vec_dot_bf16_f32, \
             ns::vec_dot_q8_0_q8_0, ns::vec_dot_mxfp4_q8_0, ns::vec_dot_q2_K_q8_K,                  \
             ns::vec_dot_q4_K_q8_K, ns::vec_dot_iq2_xxs_q8_K, ns::dequantize_row_f16,               \
-            ns::vec_dot_multi_q8_0_q8_0                                                            \
+            {ns::q8_0_multi_tables_bytes, ns::make_q8_0_multi_tables,                              \
+             ns::vec_dot_multi_q8_0_q8_0_tables}                                                   \
     }
 const SimdKernelSet kAvx2 = DS4_KERNEL_SET(avx2, SimdLevel::AVX2);
 const SimdKernelSet kAvx512 = DS4_KERNEL_SET(avx512, SimdLevel::AVX512);
@@ -308,8 +309,12 @@ TEST_P(SimdKernels, Q8_0MultiRowEqualsReferenceBitForBit) {
                 sprinkle_minus_128(GgmlType::Q8_0, x, seed + 3);
                 const int64_t out_stride = n_w + 3;
                 std::vector<float> out(static_cast<size_t>(m * out_stride), -7.0f);
-                k().dot_multi_q8_0(n, w.data(), row_bytes, n_w, x.data(), row_bytes, m, out.data(),
-                                   out_stride);
+                const MultiRowTables &mt = k().multi_q8_0;
+                std::vector<uint8_t> tables(mt.bytes(n, m) + 1, 0xA5);  // + a guard byte
+                mt.make(n, x.data(), row_bytes, m, tables.data());
+                EXPECT_EQ(tables.back(), 0xA5) << "the tables overran their size, m " << m;
+                mt.dot(n, w.data(), row_bytes, n_w, x.data(), row_bytes, m, tables.data(),
+                       out.data(), out_stride);
                 for (int64_t j = 0; j < m; ++j) {
                     for (int64_t i = 0; i < out_stride; ++i) {
                         const float got = out[static_cast<size_t>(j * out_stride + i)];
