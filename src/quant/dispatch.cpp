@@ -41,7 +41,7 @@ KernelTable scalar_table() {
 // Replaces the dot products, the activation quantizers (Q8_0, Q8_K), the Q8_0 weight quantizer
 // and the F16 dequantizer (the KV cache's rows) with one instruction set's versions; the other
 // dequantizers and the K-quant / IQ2_XXS weight quantizers stay scalar. Multi-row dots are set
-// below: Q8_0's at AVX2, every format's at AVX-512.
+// below: the float formats' and Q8_0's at AVX2, every format's at AVX-512.
 #define DS4_SIMD_TABLE(name, ns)                                                  \
     KernelTable name##_table() {                                                  \
         KernelTable table = scalar_table();                                       \
@@ -105,6 +105,9 @@ void multi_with_own_tables(int64_t n, const void *w, size_t w_stride, int64_t n_
 KernelTable avx2_table() {
     KernelTable table = avx2_single_table();
     for (TypeKernels &k : table) {
+        if (k.type == GgmlType::F32) k.vec_dot_multi = avx2::vec_dot_multi_f32_f32;
+        if (k.type == GgmlType::F16) k.vec_dot_multi = avx2::vec_dot_multi_f16_f32;
+        if (k.type == GgmlType::BF16) k.vec_dot_multi = avx2::vec_dot_multi_bf16_f32;
         if (k.type != GgmlType::Q8_0) continue;
         k.vec_dot_multi =
             multi_with_own_tables<avx2::q8_0_multi_tables_bytes, avx2::make_q8_0_multi_tables,

@@ -297,7 +297,112 @@ struct BF16Weights {
     }
 };
 
+// dot_f32_in_f64 for kW weight rows against m activation rows: each span of kF64Span weights of
+// each row is converted to double once, into a buffer, and each activation row's 4 values are
+// converted once for the kW weight rows; every (weight row, activation row) pair then runs the
+// single-row operations in the same order (acc0..acc3 over the 16-value steps, the 4-value
+// steps into acc0, the scalar tail in double), so each result equals dot_f32_in_f64's bit for
+// bit. Two weight rows: 8 accumulators and the 4 converted activation registers of a step.
+constexpr int64_t kF64Span = 256;  // a multiple of the 16-value step
+constexpr int64_t kF64MultiRows = 32;
+
+template <int kW, class Weights>
+void dot_f32_in_f64_multi(int64_t n, const Weights (&w)[kW], const void *x, size_t x_stride,
+                          int64_t m, float *out, int64_t out_stride) {
+    alignas(32) double wd[kW][kF64Span];
+    const int64_t n16 = n / 16 * 16;
+    auto row = [&](int64_t j) {
+        return reinterpret_cast<const float *>(static_cast<const uint8_t *>(x) + j * x_stride);
+    };
+    for (int64_t j0 = 0; j0 < m; j0 += kF64MultiRows) {
+        const int64_t rows = m - j0 < kF64MultiRows ? m - j0 : kF64MultiRows;
+        __m256d acc[kF64MultiRows][kW][4];
+        for (int64_t j = 0; j < rows; ++j)
+            for (auto &per_row : acc[j])
+                for (auto &a : per_row) a = _mm256_setzero_pd();
+        for (int64_t s = 0; s < n16; s += kF64Span) {
+            const int64_t len = n16 - s < kF64Span ? n16 - s : kF64Span;
+            for (int r = 0; r < kW; ++r)
+                for (int64_t i = 0; i < len; i += 4)
+                    _mm256_store_pd(wd[r] + i, _mm256_cvtps_pd(w[r].load4(s + i)));
+            for (int64_t j = 0; j < rows; ++j) {
+                const float *xj = row(j0 + j) + s;
+                __m256d a[kW][4];
+                for (int r = 0; r < kW; ++r)
+                    for (int q = 0; q < 4; ++q) a[r][q] = acc[j][r][q];
+                for (int64_t i = 0; i < len; i += 16) {
+                    for (int q = 0; q < 4; ++q) {
+                        const __m256d xv = _mm256_cvtps_pd(_mm_loadu_ps(xj + i + 4 * q));
+                        for (int r = 0; r < kW; ++r)
+                            a[r][q] =
+                                _mm256_fmadd_pd(_mm256_load_pd(wd[r] + i + 4 * q), xv, a[r][q]);
+                    }
+                }
+                for (int r = 0; r < kW; ++r)
+                    for (int q = 0; q < 4; ++q) acc[j][r][q] = a[r][q];
+            }
+        }
+        for (int64_t j = 0; j < rows; ++j) {
+            const float *xj = row(j0 + j);
+            for (int r = 0; r < kW; ++r) {
+                __m256d a0 = acc[j][r][0];
+                int64_t i = n16;
+                for (; i + 4 <= n; i += 4)
+                    a0 = _mm256_fmadd_pd(_mm256_cvtps_pd(w[r].load4(i)),
+                                         _mm256_cvtps_pd(_mm_loadu_ps(xj + i)), a0);
+                double tail = 0.0;
+                for (; i < n; ++i)
+                    tail += static_cast<double>(w[r].one(i)) * static_cast<double>(xj[i]);
+                const __m256d sum = _mm256_add_pd(_mm256_add_pd(a0, acc[j][r][1]),
+                                                  _mm256_add_pd(acc[j][r][2], acc[j][r][3]));
+                __m128d h = _mm_add_pd(_mm256_castpd256_pd128(sum), _mm256_extractf128_pd(sum, 1));
+                h = _mm_add_sd(h, _mm_unpackhi_pd(h, h));
+                out[(j0 + j) * out_stride + r] = static_cast<float>(_mm_cvtsd_f64(h) + tail);
+            }
+        }
+    }
+}
+
+// The multi-row dot of a float format over n_w weight rows, two at a time, then one; make(row
+// bytes) gives a row's Weights.
+template <class Make>
+void f64_multi_over_rows(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
+                         size_t x_stride, int64_t m, float *out, int64_t out_stride, Make &&make) {
+    const auto *rows = static_cast<const uint8_t *>(w);
+    int64_t i = 0;
+    for (; i + 2 <= n_w; i += 2) {
+        const decltype(make(rows)) two[2] = {make(rows + i * w_stride),
+                                             make(rows + (i + 1) * w_stride)};
+        dot_f32_in_f64_multi<2>(n, two, x, x_stride, m, out + i, out_stride);
+    }
+    if (i < n_w) {
+        const decltype(make(rows)) one[1] = {make(rows + i * w_stride)};
+        dot_f32_in_f64_multi<1>(n, one, x, x_stride, m, out + i, out_stride);
+    }
+}
+
 }  // namespace
+
+void vec_dot_multi_f32_f32(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
+                           size_t x_stride, int64_t m, float *out, int64_t out_stride) {
+    f64_multi_over_rows(
+        n, w, w_stride, n_w, x, x_stride, m, out, out_stride,
+        [](const uint8_t *row) { return F32Weights{reinterpret_cast<const float *>(row)}; });
+}
+
+void vec_dot_multi_f16_f32(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
+                           size_t x_stride, int64_t m, float *out, int64_t out_stride) {
+    f64_multi_over_rows(
+        n, w, w_stride, n_w, x, x_stride, m, out, out_stride,
+        [](const uint8_t *row) { return F16Weights{reinterpret_cast<const uint16_t *>(row)}; });
+}
+
+void vec_dot_multi_bf16_f32(int64_t n, const void *w, size_t w_stride, int64_t n_w, const void *x,
+                            size_t x_stride, int64_t m, float *out, int64_t out_stride) {
+    f64_multi_over_rows(
+        n, w, w_stride, n_w, x, x_stride, m, out, out_stride,
+        [](const uint8_t *row) { return BF16Weights{reinterpret_cast<const uint16_t *>(row)}; });
+}
 
 // F16C's conversion is exact, as the reference's: the same floats (a signaling NaN comes back
 // quiet, the reference keeps its payload as is; no computed value is one).

@@ -44,6 +44,7 @@ using VecDotMultiKernel = void(int64_t n, const void *w, size_t w_stride, int64_
 namespace avx2 {
 DS4_SIMD_KERNEL_DECLS
 DS4_Q8_0_MULTI_DECLS
+VecDotMultiKernel vec_dot_multi_f32_f32, vec_dot_multi_f16_f32, vec_dot_multi_bf16_f32;
 }  // namespace avx2
 namespace avx512 {
 DS4_SIMD_KERNEL_DECLS

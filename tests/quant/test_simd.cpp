@@ -48,6 +48,7 @@ struct SimdKernelSet {
     VecDotFn dot_iq2_xxs;
     DequantizeRowFn dequantize_f16;
     MultiRowTables multi_q8_0;
+    VecDotMultiKernel *multi_f32, *multi_f16, *multi_bf16;
 };
 
 #define DS4_KERNEL_SET(ns, level)                                                                  \
@@ -57,7 +58,8 @@ struct SimdKernelSet {
             ns::vec_dot_q8_0_q8_0, ns::vec_dot_mxfp4_q8_0, ns::vec_dot_q2_K_q8_K,                  \
             ns::vec_dot_q4_K_q8_K, ns::vec_dot_iq2_xxs_q8_K, ns::dequantize_row_f16,               \
             {ns::q8_0_multi_tables_bytes, ns::make_q8_0_multi_tables,                              \
-             ns::vec_dot_multi_q8_0_q8_0_tables}                                                   \
+             ns::vec_dot_multi_q8_0_q8_0_tables },                                                 \
+             ns::vec_dot_multi_f32_f32, ns::vec_dot_multi_f16_f32, ns::vec_dot_multi_bf16_f32      \
     }
 const SimdKernelSet kAvx2 = DS4_KERNEL_SET(avx2, SimdLevel::AVX2);
 const SimdKernelSet kAvx512 = DS4_KERNEL_SET(avx512, SimdLevel::AVX512);
@@ -334,6 +336,48 @@ TEST_P(SimdKernels, Q8_0MultiRowEqualsReferenceBitForBit) {
         }
     }
     EXPECT_EQ(compared, 4 * (1 + 7 + 16 + 17 + 40) * (1 + 2 + 3 + 8 + 11));
+}
+
+// The float formats' multi-row kernels (f64 accumulation, several weight rows a pass) against
+// the level's own one-row dot, bit for bit: lengths with and without the 16- and 32-value steps'
+// remainders and spans of 256 converted at once, weight rows that leave a partial pass.
+TEST_P(SimdKernels, FloatMultiRowEqualsTheOneRowDotBitForBit) {
+    struct Case {
+        const char *name;
+        GgmlType type;
+        VecDotFn SimdKernelSet::*dot;
+        VecDotMultiKernel *SimdKernelSet::*multi;
+    };
+    const Case cases[] = {
+        {"f32", GgmlType::F32, &SimdKernelSet::dot_f32, &SimdKernelSet::multi_f32},
+        {"f16", GgmlType::F16, &SimdKernelSet::dot_f16, &SimdKernelSet::multi_f16},
+        {"bf16", GgmlType::BF16, &SimdKernelSet::dot_bf16, &SimdKernelSet::multi_bf16}};
+    int compared = 0;
+    for (const Case &c : cases) {
+        for (int64_t n : {3, 16, 35, 300, 1003}) {
+            const size_t row_bytes = row_size(c.type, n);
+            for (int64_t n_w : {1, 2, 5}) {
+                const int64_t m = 3;
+                const uint64_t seed = 31 * static_cast<uint64_t>(n) + static_cast<uint64_t>(n_w);
+                const std::vector<uint8_t> w = random_blocks(c.type, n * n_w, seed, 2.0f);
+                const std::vector<float> x = random_activations(n * m, seed + 1);
+                std::vector<float> out(static_cast<size_t>(m * n_w));
+                (k().*c.multi)(n, w.data(), row_bytes, n_w, x.data(), n * sizeof(float), m,
+                               out.data(), n_w);
+                for (int64_t j = 0; j < m; ++j)
+                    for (int64_t i = 0; i < n_w; ++i) {
+                        const float want =
+                            (k().*c.dot)(n, w.data() + i * row_bytes, x.data() + j * n);
+                        const float got = out[static_cast<size_t>(j * n_w + i)];
+                        EXPECT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
+                            << k().name << " " << c.name << " n " << n << " row " << i << " x " << j
+                            << ": " << got << ", one row " << want;
+                        ++compared;
+                    }
+            }
+        }
+    }
+    EXPECT_EQ(compared, 3 * 5 * (1 + 2 + 5) * 3);
 }
 
 // Every weight at its largest quant and sub-scale and every activation at -128 (then +127, then
