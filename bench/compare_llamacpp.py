@@ -33,16 +33,23 @@ def llamacpp(model, ids, gen, threads):
     from llama_cpp import Llama
     llm = Llama(model_path=model, n_ctx=len(ids) + gen + 8, n_threads=threads, n_threads_batch=threads,
                 n_batch=256, verbose=False)
+    import numpy as np
+
+    # Without logits_all, Llama.eval no longer copies logits into llm.scores (0.3.x); the context
+    # holds the last evaluated token's row.
+    def greedy():
+        return int(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).argmax())
+
     t0 = time.perf_counter()
     llm.eval(ids)
     t1 = time.perf_counter()
-    tok = int(max(range(llm.n_vocab()), key=lambda i: llm.scores[llm.n_tokens - 1][i]))
+    tok = greedy()
     steps = []
     for _ in range(gen):
         s = time.perf_counter()
         llm.eval([tok])
         steps.append(time.perf_counter() - s)
-        tok = int(llm.scores[llm.n_tokens - 1].argmax())
+        tok = greedy()
     steps.sort()
     return len(ids) / (t1 - t0), gen / sum(steps), steps[len(steps) // 2] * 1e3
 
