@@ -122,6 +122,17 @@ bool is_output_side(const std::string &name) {
            name.rfind("output_hc_", 0) == 0;
 }
 
+// A tensor's placement with no GPU holding any of it yet.
+TensorPlacement unplaced(const model::TensorSpec &s, const gguf::TensorInfo &t, uint32_t n_gpus) {
+    TensorPlacement tp;
+    tp.name = s.name;
+    tp.layer = s.layer;
+    tp.bytes = t.n_bytes;
+    tp.ranges.assign(n_gpus, {});
+    tp.gpu_bytes.assign(n_gpus, 0);
+    return tp;
+}
+
 }  // namespace
 
 const char *gpu_split_name(GpuSplit s) {
@@ -174,12 +185,7 @@ GpuPlacement plan_gpu_placement(const model::HParams &hp, const model::ModelWeig
             }
         }
         for_each_bound(hp, w, [&](const model::TensorSpec &s, const gguf::TensorInfo &t) {
-            TensorPlacement tp;
-            tp.name = s.name;
-            tp.layer = s.layer;
-            tp.bytes = t.n_bytes;
-            tp.ranges.assign(n_gpus, {});
-            tp.gpu_bytes.assign(n_gpus, 0);
+            TensorPlacement tp = unplaced(s, t, n_gpus);
             const uint32_t g = s.layer >= 0 ? owner[static_cast<size_t>(s.layer)]
                                             : (is_output_side(s.name) ? n_gpus - 1 : 0);
             tp.ranges[g] = {0, 1};
@@ -197,12 +203,7 @@ GpuPlacement plan_gpu_placement(const model::HParams &hp, const model::ModelWeig
         g.end_layer = hp.n_layer;
     }
     for_each_bound(hp, w, [&](const model::TensorSpec &s, const gguf::TensorInfo &t) {
-        TensorPlacement tp;
-        tp.name = s.name;
-        tp.layer = s.layer;
-        tp.bytes = t.n_bytes;
-        tp.ranges.assign(n_gpus, {});
-        tp.gpu_bytes.assign(n_gpus, 0);
+        TensorPlacement tp = unplaced(s, t, n_gpus);
         const Cut cut = tensor_cut(hp, w, s);
         tp.axis = cut.axis;
         if (cut.axis == ShardAxis::Whole) {
