@@ -102,20 +102,25 @@ void multi_with_own_tables(int64_t n, const void *w, size_t w_stride, int64_t n_
     kDot(n, w, w_stride, n_w, x, x_stride, m, tables, out, out_stride);
 }
 
+// Q8_0's kernel with tables at one level: the three parts, the VecDotMultiFn made of them, also
+// for a single activation row, and its panel height.
+template <MultiTablesBytesFn kBytes, MakeMultiTablesFn kMake, VecDotMultiTablesFn kDot>
+void use_multi_tables(TypeKernels &k, int panel_rows) {
+    k.vec_dot_multi = multi_with_own_tables<kBytes, kMake, kDot>;
+    k.vec_dot_multi_for_one_row = true;
+    k.multi_tables = {kBytes, kMake, kDot};
+    k.multi_row_panel = panel_rows;
+}
+
 KernelTable avx2_table() {
     KernelTable table = avx2_single_table();
     for (TypeKernels &k : table) {
         if (k.type == GgmlType::F32) k.vec_dot_multi = avx2::vec_dot_multi_f32_f32;
         if (k.type == GgmlType::F16) k.vec_dot_multi = avx2::vec_dot_multi_f16_f32;
         if (k.type == GgmlType::BF16) k.vec_dot_multi = avx2::vec_dot_multi_bf16_f32;
-        if (k.type != GgmlType::Q8_0) continue;
-        k.vec_dot_multi =
-            multi_with_own_tables<avx2::q8_0_multi_tables_bytes, avx2::make_q8_0_multi_tables,
-                                  avx2::vec_dot_multi_q8_0_q8_0_tables>;
-        k.vec_dot_multi_for_one_row = true;
-        k.multi_tables = {avx2::q8_0_multi_tables_bytes, avx2::make_q8_0_multi_tables,
-                          avx2::vec_dot_multi_q8_0_q8_0_tables};
-        k.multi_row_panel = 8;
+        if (k.type == GgmlType::Q8_0)
+            use_multi_tables<avx2::q8_0_multi_tables_bytes, avx2::make_q8_0_multi_tables,
+                             avx2::vec_dot_multi_q8_0_q8_0_tables>(k, 8);
     }
     return table;
 }
@@ -126,15 +131,9 @@ KernelTable avx512_table() {
         if (k.type == GgmlType::F32) k.vec_dot_multi = avx512::vec_dot_multi_f32_f32;
         if (k.type == GgmlType::F16) k.vec_dot_multi = avx512::vec_dot_multi_f16_f32;
         if (k.type == GgmlType::BF16) k.vec_dot_multi = avx512::vec_dot_multi_bf16_f32;
-        if (k.type == GgmlType::Q8_0) {
-            k.vec_dot_multi = multi_with_own_tables<avx512::q8_0_multi_tables_bytes,
-                                                    avx512::make_q8_0_multi_tables,
-                                                    avx512::vec_dot_multi_q8_0_q8_0_tables>;
-            k.vec_dot_multi_for_one_row = true;
-            k.multi_tables = {avx512::q8_0_multi_tables_bytes, avx512::make_q8_0_multi_tables,
-                              avx512::vec_dot_multi_q8_0_q8_0_tables};
-            k.multi_row_panel = 16;
-        }
+        if (k.type == GgmlType::Q8_0)
+            use_multi_tables<avx512::q8_0_multi_tables_bytes, avx512::make_q8_0_multi_tables,
+                             avx512::vec_dot_multi_q8_0_q8_0_tables>(k, 16);
         if (k.type == GgmlType::Q2_K) k.vec_dot_multi = avx512::vec_dot_multi_q2_K_q8_K;
         if (k.type == GgmlType::Q4_K) k.vec_dot_multi = avx512::vec_dot_multi_q4_K_q8_K;
         if (k.type == GgmlType::IQ2_XXS) k.vec_dot_multi = avx512::vec_dot_multi_iq2_xxs_q8_K;

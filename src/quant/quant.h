@@ -85,8 +85,8 @@ struct TypeKernels {
     VecDotMultiFn vec_dot_multi;         // null where only vec_dot exists (matmul calls it per row)
     ActivationLayout activation_layout;  // of the rows quantize_activation_row writes
     // matmul also takes vec_dot_multi for a single activation row (a decode matvec): set where
-    // the multi-row kernel beats vec_dot row by row even then (Q8_0 at AVX-512: the activation's
-    // block sums and scales are computed once for all weight rows).
+    // the multi-row kernel beats vec_dot row by row even then (Q8_0: the activation's block
+    // sums and scales, at AVX2 its values widened to int16, are computed once for all weight rows).
     bool vec_dot_multi_for_one_row;
     MultiRowTables multi_tables;
     // The multi-row kernel works on panels of this many weight rows (Q8_0: 16 at AVX-512, 8 at
