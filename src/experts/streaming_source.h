@@ -71,6 +71,7 @@ class StreamingSource final : public ExpertSource {
     void preload(std::span<const ExpertKey> keys) override;
     std::vector<uint64_t> selection_counts() const override;
     ExpertStats stats() const override;
+    std::span<uint8_t> owned_memory() const override { return {memory_.data(), memory_.size()}; }
 
     // What fell back and why (io_uring -> pool, O_DIRECT -> buffered), for the start-up log.
     const std::vector<std::string> &notices() const { return notices_; }
@@ -114,6 +115,7 @@ class StreamingSource final : public ExpertSource {
         SlotMemory(const SlotMemory &) = delete;
         SlotMemory &operator=(const SlotMemory &) = delete;
         uint8_t *data() const { return p_; }
+        uint64_t size() const { return n_; }
 
       private:
         uint8_t *p_ = nullptr;

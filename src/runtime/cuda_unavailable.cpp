@@ -5,7 +5,8 @@
 namespace ds4::runtime {
 
 std::unique_ptr<DeviceWeights> upload_to_cuda(const model::HParams &, const model::ModelWeights &,
-                                              const std::function<void(uint64_t, uint64_t)> &) {
+                                              const std::function<void(uint64_t, uint64_t)> &,
+                                              const DeviceStreaming *) {
     throw Error(
         "this build has no CUDA backend: configure with -DDS4_CUDA=ON on a machine with nvcc");
 }

@@ -5,9 +5,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
+#include "experts/expert_source.h"
 #include "model/hparams.h"
 #include "model/weights.h"
 #include "runtime/forward_options.h"
@@ -20,6 +23,31 @@ const char *backend_name(Backend b);  // "cpu" | "cuda"
 // "cpu" | "cuda"; throws ds4::Error naming the choices otherwise.
 Backend parse_backend(const std::string &name);
 
+// The device tier of the routed experts streamed on the CUDA backend (--ssd-streaming --cuda,
+// docs/SSD_STREAMING.md): slots in device memory filled from the host tier. A pass is one layer's
+// acquisition of its selected experts (a decode step's layer, or a round of a prefill chunk's);
+// acquires = hits + misses counts the experts the passes asked for.
+struct DeviceTierStats {
+    uint64_t slots = 0, slot_bytes = 0;
+    uint64_t passes = 0, acquires = 0, hits = 0, misses = 0;
+    uint64_t bytes_uploaded = 0;  // the misses' expert bytes, host tier to device
+    uint64_t upload_wait_ns = 0;  // host time blocked on the misses' transfers
+};
+
+// "2048 slots (13.83 GiB), 11008 passes, 66048 experts: 61234 hits, 4814 misses, hit rate
+// 92.71%, 32.50 GiB uploaded, host blocked on transfers 1.234 s"
+std::string device_tier_stats_text(const DeviceTierStats &s);
+
+// How upload_to_cuda streams the routed experts: from `host` (the host tier) into a device tier
+// of `slots` experts, or `percent` of the routed experts, or `bytes` of device memory; all three
+// 0: auto (the device memory free after the other weights, minus a margin).
+struct DeviceStreaming {
+    experts::ExpertSource *host = nullptr;
+    uint64_t slots = 0;
+    double percent = 0;
+    uint64_t bytes = 0;
+};
+
 class DeviceWeights {
   public:
     virtual ~DeviceWeights() = default;
@@ -29,6 +57,9 @@ class DeviceWeights {
                                              uint32_t max_batch) = 0;
     virtual uint64_t bytes() const = 0;  // device memory the weights take
     virtual std::string device_name() const = 0;
+    // Streaming: the device tier's start-up lines and its statistics (none when resident).
+    virtual std::vector<std::string> tier_log() const { return {}; }
+    virtual std::optional<DeviceTierStats> tier_stats() const { return std::nullopt; }
 };
 
 // The model file is good but its backend could not start: no CUDA backend in this build, no
@@ -39,10 +70,13 @@ class BackendUnavailable : public Error {
     using Error::Error;
 };
 
-// Copies the weights to the first CUDA device. Throws ds4::Error when this build has no CUDA
-// backend, no device or driver answers, or the weights do not fit (saying how much is needed).
+// Copies the weights to the first CUDA device, the routed experts too unless `streaming` is
+// given (they then go through a device tier fed by streaming->host). Throws ds4::Error when this
+// build has no CUDA backend, no device or driver answers, or the weights (or the device tier's
+// floor, one token's experts of one layer) do not fit, saying how much is needed.
 std::unique_ptr<DeviceWeights> upload_to_cuda(
     const model::HParams &hp, const model::ModelWeights &w,
-    const std::function<void(uint64_t, uint64_t)> &progress);
+    const std::function<void(uint64_t, uint64_t)> &progress,
+    const DeviceStreaming *streaming = nullptr);
 
 }  // namespace ds4::runtime

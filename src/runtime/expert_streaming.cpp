@@ -14,6 +14,7 @@
 #include "gguf/gguf_file.h"
 #include "model/hparams.h"
 #include "model/weights.h"
+#include "runtime/device_weights.h"
 
 namespace ds4::runtime {
 namespace {
@@ -116,6 +117,7 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
             L.ffn_gate_exps->n_bytes + L.ffn_up_exps->n_bytes + L.ffn_down_exps->n_bytes;
     resident_bytes_ = file.file_size() - std::min(file.file_size(), routed_bytes_);
     const uint64_t n_total = uint64_t(hp.n_layer) * hp.n_expert;
+    const char *cache = opts.host_tier ? "host tier" : "cache";
 
     experts::StreamingOptions so;
     so.budget_experts = opts.budget_experts;
@@ -129,8 +131,9 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
     if (so.budget_experts == 0 && so.budget_bytes == 0) {
         if (opts.mem_available == 0)
             throw Error(
-                "SSD streaming cache budget auto: the memory available (MemAvailable of "
-                "/proc/meminfo) is unknown; give the budget as a count or a size");
+                fmt::format("SSD streaming {} budget auto: the memory available (MemAvailable "
+                            "of /proc/meminfo) is unknown; give the budget as a count or a size",
+                            cache));
         const uint64_t margin = auto_margin_bytes(opts.mem_available);
         const std::string sum = fmt::format(
             "MemAvailable {} - resident weights {} - margin {} (KV cache, buffers: a tenth of "
@@ -139,11 +142,11 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
             size_text(double(margin)));
         if (opts.mem_available <= resident_bytes_ + margin)
             throw Error(fmt::format(
-                "SSD streaming cache budget auto: {} leaves no room for a cache; give the budget "
-                "as a count or a size",
-                sum));
+                "SSD streaming {} budget auto: {} leaves no room for it; give the budget as a "
+                "count or a size",
+                cache, sum));
         so.budget_bytes = opts.mem_available - resident_bytes_ - margin;
-        log_.push_back(fmt::format("SSD streaming cache budget auto: {} = {}", sum,
+        log_.push_back(fmt::format("SSD streaming {} budget auto: {} = {}", cache, sum,
                                    size_text(double(so.budget_bytes))));
     }
     source_ = std::make_unique<experts::StreamingSource>(file, weights, so);
@@ -152,9 +155,9 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
     const uint64_t budget =
         so.budget_experts != 0 ? so.budget_experts * st.slot_bytes : so.budget_bytes;
     log_.push_back(fmt::format(
-        "SSD streaming cache budget {} / {:.2f} MiB per expert = {} experts ({:.1f}% of the {} "
+        "SSD streaming {} budget {} / {:.2f} MiB per expert = {} experts ({:.1f}% of the {} "
         "routed experts{})",
-        size_text(double(budget)), double(st.slot_bytes) / kMiB, st.entries,
+        cache, size_text(double(budget)), double(st.slot_bytes) / kMiB, st.entries,
         100.0 * double(st.entries) / double(n_total), n_total,
         st.entries == n_total ? ": every expert fits" : ""));
     log_.push_back(fmt::format(
@@ -258,6 +261,20 @@ std::string streaming_stats_text(const experts::ExpertStats &s) {
         "during misses {}, I/O wait {:.3f} s, preloaded {}, prefetched unused {}",
         s.entries, s.hits, s.misses, hit_rate, s.bytes_read, size_text(double(s.bytes_read)), bw,
         double(s.io_wait_ns) / 1e9, s.preloaded, s.prefetch_unused);
+}
+
+}  // namespace ds4::runtime
+
+namespace ds4::runtime {
+
+std::string device_tier_stats_text(const DeviceTierStats &s) {
+    const double hit_rate = s.acquires ? 100.0 * double(s.hits) / double(s.acquires) : 0.0;
+    const double wait_s = double(s.upload_wait_ns) / 1e9;
+    return fmt::format(
+        "{} slots ({}), {} passes, {} experts: {} hits, {} misses, hit rate {:.2f}%, {} uploaded, "
+        "host blocked on transfers {:.3f} s",
+        s.slots, size_text(double(s.slots * s.slot_bytes)), s.passes, s.acquires, s.hits, s.misses,
+        hit_rate, size_text(double(s.bytes_uploaded)), wait_s);
 }
 
 }  // namespace ds4::runtime

@@ -3,8 +3,8 @@
 // budget (a count of experts, a size, or `auto`: the memory available minus the resident weights
 // minus a margin), the streaming source (experts/streaming_source.h), the preload from a saved
 // routing popularity (experts/popularity.h) or, without one, from the router's own tables, the
-// popularity saved at the end, and the lines the tools print about all of it. CPU backend only:
-// the CUDA backend reads its experts from device memory.
+// popularity saved at the end, and the lines the tools print about all of it. On the CUDA backend
+// this cache is the host tier that feeds the device tier (runtime/cuda/device_expert_tier.h).
 //
 // Loading in streaming mode never reads a routed expert's bytes through the file mapping: the
 // GGUF reader and the binding read only the header and tensor table, nothing validates tensor
@@ -38,6 +38,12 @@ struct StreamingModelOptions {
     bool preload = true;            // false: start cold (--ssd-streaming-cold)
     int64_t preload_experts = -1;   // at most this many; -1: the cache's slots, at most 4096
     std::string popularity_file;    // read at start, written by save_popularity; "": neither
+    // The CUDA backend (runtime/device_weights.h DeviceStreaming): the device tier's slots, share
+    // of the routed experts or size (all 0: auto); the budget above then sizes the host tier.
+    uint64_t device_experts = 0;
+    double device_percent = 0;
+    uint64_t device_bytes = 0;
+    bool host_tier = false;  // the log calls the cache the host tier
 };
 
 // The memory `auto` leaves free for the KV cache, the batch buffers and the rest of the process:

@@ -30,7 +30,7 @@ struct ModelOptions {
     Backend backend = Backend::Cpu;
     // Called as weights are copied to a device: (bytes done, bytes in all).
     std::function<void(uint64_t, uint64_t)> upload_progress;
-    // SSD streaming of the routed experts (expert_streaming.h); CPU backend only.
+    // SSD streaming of the routed experts (expert_streaming.h); on CUDA through a device tier.
     StreamingModelOptions streaming;
 };
 
@@ -39,8 +39,9 @@ class Model {
     // Opens, validates and binds a deepseek4 GGUF; throws ds4::Error with the file's problem, and
     // BackendUnavailable (device_weights.h) when the file is good but its backend cannot start.
     // With opts.streaming.enabled the routed experts come from an SSD-streaming cache (their
-    // bytes are never read through the mapping); ds4::Error for a budget below the floor, and
-    // for streaming asked with the CUDA backend (not supported yet).
+    // bytes are never read through the mapping); ds4::Error for a budget below the floor. On the
+    // CUDA backend the cache is the host tier of a device tier (device_weights.h); a device
+    // tier below its floor is BackendUnavailable, as any failure of the upload.
     static std::unique_ptr<Model> load(const std::string &path, const ModelOptions &opts = {});
 
     const gguf::File &file() const { return *file_; }

@@ -105,6 +105,11 @@ def ssd_cases(base, f):
               base + SSD + ["--cuda"], base + SSD + ["--ssd-streaming-buffered", "--ssd-streaming-cold"],
               base + SSD + ["--ssd-streaming-cold", "--ssd-streaming-preload-experts", "1"],
               base + SSD + ["--ssd-streaming-cache-experts"]]
+    # The CUDA backend's host tier: refused without --cuda, parsed with it (no device here).
+    cases += [base + SSD + ["--ssd-streaming-host-cache", v] for v in ["banana", "0", "8", LONG]]
+    cases += [base + SSD + ["--cuda", "--ssd-streaming-host-cache", v] for v in ["banana", "0", "1e999%", "8"]]
+    cases += [base + SSD + ["--cuda", "--ssd-streaming-cache-experts", v] for v in ["1", "0.5MB", "100%"]]
+    cases += [base + ["--ssd-streaming-host-cache", "8"], base + SSD + ["--ssd-streaming-host-cache"]]
     return cases
 
 

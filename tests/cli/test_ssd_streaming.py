@@ -8,6 +8,7 @@ each, so the routed experts are about two thirds of the file (216 of 333 MiB).
 """
 import csv
 import io
+import json
 import os
 import re
 import subprocess
@@ -147,16 +148,21 @@ def test_bad_budget_is_a_clear_usage_error(tool, model, cache_dir, value):
 
 
 @pytest.mark.parametrize("name", ["ds4", "ds4-bench", "ds4-test"])
-def test_flags_need_ssd_streaming_and_the_cpu(tool, model, cache_dir, name):
+def test_flags_need_ssd_streaming(tool, model, cache_dir, name):
     base = {"ds4": ds4_args(model), "ds4-test": ["--kv-roundtrip", "-t", "2"],
             "ds4-bench": ["-m", model, "--prompt-file", TEXT, "--ctx-start", "16", "--ctx-max", "16", "-n", "2"]}[name]
     for flag in [["--ssd-streaming-cold"], ["--ssd-streaming-cache-experts", "64"],
-                 ["--ssd-streaming-preload-experts", "3"], ["--ssd-streaming-reader", "pool"]]:
+                 ["--ssd-streaming-preload-experts", "3"], ["--ssd-streaming-reader", "pool"],
+                 ["--ssd-streaming-host-cache", "64"]]:
         p = run(tool, name, *base, *flag)
         assert p.returncode == 2 and last_line(p) == f"{name}: {flag[0]} needs --ssd-streaming", (flag, p.stderr)
-    p = run(tool, name, *base, "--ssd-streaming", "--cuda")
+    # The host tier is the CUDA backend's; on the CPU the one cache is in host memory.
+    p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-host-cache", "64")
     assert p.returncode == 2, p.stderr
-    assert last_line(p).startswith(f"{name}: --ssd-streaming runs on the CPU backend only"), last_line(p)
+    assert last_line(p).startswith(f"{name}: --ssd-streaming-host-cache sizes the host tier of the CUDA backend"), \
+        last_line(p)
+    p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-host-cache", "0")
+    assert p.returncode == 2 and "--ssd-streaming-host-cache" in last_line(p), p.stderr
     p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-cold", "--ssd-streaming-preload-experts", "3")
     assert p.returncode == 2 and "exclude each other" in last_line(p), p.stderr
     p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-reader", "mmap")
@@ -164,7 +170,7 @@ def test_flags_need_ssd_streaming_and_the_cpu(tool, model, cache_dir, name):
     h = run(tool, name, "--help")
     for flag in ["--ssd-streaming", "--ssd-streaming-cache-experts", "--ssd-streaming-cold",
                  "--ssd-streaming-preload-experts", "--ssd-streaming-cache-dir", "--ssd-streaming-reader",
-                 "--ssd-streaming-buffered"]:
+                 "--ssd-streaming-buffered", "--ssd-streaming-host-cache"]:
         assert re.search(rf"^\s+{flag}\b", h.stdout, re.M), (name, flag)
 
 
@@ -200,7 +206,7 @@ def test_ds4_test_cache_pressure_mode(tool):
                                     for ln in checks), checks
     for share in ["2.1%), cold", "4.2%), preloaded", "9.9%), cold", "25.0%), preloaded"]:
         assert any(share in ln for ln in checks), share
-    assert re.search(r"^# ssd-streaming-cache-pressure: model +budget +share +start +hits +misses +hit rate +bytes "
+    assert re.search(r"^# ssd-streaming-cache-pressure: model +budget +share +host +start +hits +misses +hit rate +bytes "
                      r"read +logits$", p.stdout, re.M), p.stdout
     assert p.stdout.count(" identical\n") == 8 and "DIFFERENT" not in p.stdout
     assert "8 passed, 0 failed, 0 skipped" in p.stdout
@@ -236,3 +242,13 @@ def test_resident_set_stays_below_resident_weights_plus_budget_plus_overhead(too
     full, err, rc = peak_rss(args)
     assert rc == 0, err
     assert full > bound, f"resident VmHWM {full / 2**20:.1f} MiB <= {bound / 2**20:.1f} MiB"
+
+
+def test_cuda_device_tier_below_the_floor_is_bad_input(tool, model, cache_dir):
+    # On CUDA --ssd-streaming-cache-experts is the device tier; a count below one token's experts
+    # of one layer is refused with the file's checks, before any device is asked (exit 2 on any
+    # machine, with or without a GPU or a CUDA build).
+    n_used = json.loads(SHAPE)["n_expert_used"]
+    p = run(tool, "ds4", *ds4_args(model, "--cuda", *stream(cache_dir, str(n_used - 1))))
+    assert p.returncode == 2, p.stderr
+    assert f"device tier of {n_used - 1} experts is below the floor of {n_used}" in last_line(p), last_line(p)

@@ -258,16 +258,22 @@ TEST(StreamingSession, BudgetBelowTheFloorIsRefusedWithTheFloor) {
     }
 }
 
-TEST(StreamingSession, CudaBackendIsRefused) {
+// The device tier of the CUDA backend (tests/cuda/test_cuda_streaming.cpp runs it): a count below
+// its floor is the caller's mistake, refused with the file's errors before any upload (so also
+// in a build or on a machine without CUDA), not a backend failure.
+TEST(StreamingSession, CudaDeviceTierBelowTheFloorIsRefusedBeforeTheUpload) {
     ModelOptions mo{.backend = Backend::Cuda};
     mo.streaming = streaming(8, false, experts::ReaderKind::Auto);
+    mo.streaming.device_experts = 3;
     try {
         (void)Model::load(tiny_q2(), mo);
-        FAIL() << "streaming on CUDA was accepted";
+        FAIL() << "a device tier of 3 experts was accepted";
     } catch (const BackendUnavailable &e) {
-        FAIL() << "refused as a backend failure, not as unsupported: " << e.what();
+        FAIL() << "refused as a backend failure: " << e.what();
     } catch (const Error &e) {
-        EXPECT_NE(std::string(e.what()).find("CPU backend only"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("device tier of 3 experts is below the floor of 4"),
+                  std::string::npos)
+            << e.what();
     }
 }
 

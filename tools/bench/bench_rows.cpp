@@ -25,10 +25,41 @@ const std::vector<std::string> &ssd_columns() {
     return cols;
 }
 
+const std::vector<std::string> &device_tier_columns() {
+    static const std::vector<std::string> cols = {"dev_slots",          "dev_hit_rate",
+                                                  "dev_bytes_uploaded", "dev_upload_wait_ms",
+                                                  "dev_gen_hit_rate",   "dev_gen_bytes_per_token"};
+    return cols;
+}
+
 namespace {
 
 double hit_rate(const experts::ExpertStats &s) {
     return s.gets ? double(s.hits) / double(s.gets) : 0.0;
+}
+
+double hit_rate(const runtime::DeviceTierStats &s) {
+    return s.acquires ? double(s.hits) / double(s.acquires) : 0.0;
+}
+
+// The device tier's cells of a row: each the median over the runs.
+void add_tier_cells(const std::vector<std::vector<FrontierSample>> &runs, size_t f,
+                    CsvRecord &row) {
+    std::vector<double> rate, bytes, wait_ms, gen_rate, gen_bpt;
+    for (const auto &run : runs) {
+        const FrontierSample &s = run.at(f);
+        rate.push_back(hit_rate(s.tier_all));
+        bytes.push_back(double(s.tier_all.bytes_uploaded));
+        wait_ms.push_back(double(s.tier_all.upload_wait_ns) / 1e6);
+        gen_rate.push_back(hit_rate(s.tier_gen));
+        gen_bpt.push_back(s.gen_tokens ? double(s.tier_gen.bytes_uploaded) / s.gen_tokens : 0.0);
+    }
+    row["dev_slots"] = fmt::format("{}", runs[0].at(f).tier_all.slots);
+    row["dev_hit_rate"] = fmt::format("{:.4f}", median(rate));
+    row["dev_bytes_uploaded"] = fmt::format("{:.0f}", median(bytes));
+    row["dev_upload_wait_ms"] = fmt::format("{:.3f}", median(wait_ms));
+    row["dev_gen_hit_rate"] = fmt::format("{:.4f}", median(gen_rate));
+    row["dev_gen_bytes_per_token"] = fmt::format("{:.0f}", median(gen_bpt));
 }
 
 // The SSD cells of a row: each the median over the runs.
@@ -66,6 +97,8 @@ CsvTable median_rows(const std::vector<std::vector<FrontierSample>> &runs) {
     CsvTable t{.header = bench_columns()};
     if (!runs[0].empty() && runs[0][0].ssd)
         t.header.insert(t.header.end(), ssd_columns().begin(), ssd_columns().end());
+    if (!runs[0].empty() && runs[0][0].tier)
+        t.header.insert(t.header.end(), device_tier_columns().begin(), device_tier_columns().end());
     for (size_t f = 0; f < runs[0].size(); ++f) {
         const FrontierSample &first = runs[0][f];
         std::vector<double> prefill_tps, gen_tps, ttft, first_decode, p50, p95;
@@ -101,6 +134,7 @@ CsvTable median_rows(const std::vector<std::vector<FrontierSample>> &runs) {
             {"tokens_sha256", first.tokens_sha256},
         });
         if (first.ssd) add_ssd_cells(runs, f, t.rows.back());
+        if (first.tier) add_tier_cells(runs, f, t.rows.back());
     }
     return t;
 }

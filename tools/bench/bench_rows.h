@@ -24,6 +24,10 @@ const std::vector<std::string> &bench_columns();
 // resident run keeps its columns: ssd_entries,ssd_hits,ssd_misses,ssd_hit_rate,ssd_bytes_read,
 // ssd_read_gibps,ssd_io_wait_ms,ssd_gen_hit_rate,ssd_gen_bytes_per_token (docs/BENCH.md).
 const std::vector<std::string> &ssd_columns();
+// Then, on the CUDA backend, the device tier's: dev_slots,dev_hit_rate,dev_bytes_uploaded,
+// dev_upload_wait_ms,dev_gen_hit_rate,dev_gen_bytes_per_token (the ssd_ columns are then the
+// host tier's).
+const std::vector<std::string> &device_tier_columns();
 
 // runs[r][f]: run r, frontier f. Timings become medians over the runs, max_rss_bytes the maximum.
 // Throws ds4::Error when the runs disagree on the generated tokens or the KV size: a benchmark of

@@ -31,6 +31,24 @@ int32_t greedy_except(const std::vector<float> &logits, int32_t excluded) {
 }
 
 // The accounting between two readings of a source's statistics.
+runtime::DeviceTierStats tier_since(const runtime::DeviceTierStats &a,
+                                    const runtime::DeviceTierStats &b) {
+    runtime::DeviceTierStats d = b;
+    d.passes = b.passes - a.passes;
+    d.acquires = b.acquires - a.acquires;
+    d.hits = b.hits - a.hits;
+    d.misses = b.misses - a.misses;
+    d.bytes_uploaded = b.bytes_uploaded - a.bytes_uploaded;
+    d.upload_wait_ns = b.upload_wait_ns - a.upload_wait_ns;
+    return d;
+}
+
+// The device tier's statistics now (zeros without one).
+runtime::DeviceTierStats tier_now(runtime::Model &model) {
+    const runtime::DeviceWeights *d = model.device();
+    return d ? d->tier_stats().value_or(runtime::DeviceTierStats{}) : runtime::DeviceTierStats{};
+}
+
 experts::ExpertStats stats_since(const experts::ExpertStats &a, const experts::ExpertStats &b) {
     experts::ExpertStats d = b;
     d.gets = b.gets - a.gets;
@@ -69,10 +87,12 @@ std::vector<FrontierSample> run_frontier_pass(
         r.gen_tokens = params.gen_tokens;
         runtime::ExpertStreaming *ssd = model.streaming();
         const experts::ExpertStats ssd0 = ssd ? ssd->source().stats() : experts::ExpertStats{};
+        const runtime::DeviceTierStats tier0 = tier_now(model);
         const auto t0 = Clock::now();
         s.eval(prompt.subspan(prev, frontier - prev));
         const auto t1 = Clock::now();
         const experts::ExpertStats ssd1 = ssd ? ssd->source().stats() : experts::ExpertStats{};
+        const runtime::DeviceTierStats tier1 = tier_now(model);
         r.prefill_s = ms_between(t0, t1) / 1000;
         prev = frontier;
 
@@ -104,6 +124,12 @@ std::vector<FrontierSample> run_frontier_pass(
             r.ssd = true;
             r.ssd_all = stats_since(ssd0, ssd2);
             r.ssd_gen = stats_since(ssd1, ssd2);
+        }
+        if (model.device() && model.device()->tier_stats()) {
+            const runtime::DeviceTierStats tier2 = tier_now(model);
+            r.tier = true;
+            r.tier_all = tier_since(tier0, tier2);
+            r.tier_gen = tier_since(tier1, tier2);
         }
         s.restore(snap);
         r.max_rss_bytes = max_rss_bytes();

@@ -1,7 +1,8 @@
 #pragma once
-// One pass of the frontier method (docs/SURFACES.md 5.1) over a fresh session: at each frontier, prefill
-// only the tokens since the previous frontier (timed), snapshot (untimed), greedily decode exactly
-// gen_tokens tokens with EOS excluded (timed token by token), restore the snapshot (untimed).
+// One pass of the frontier method (docs/SURFACES.md 5.1) over a fresh session: at each frontier,
+// prefill only the tokens since the previous frontier (timed), snapshot (untimed), greedily decode
+// exactly gen_tokens tokens with EOS excluded (timed token by token), restore the snapshot
+// (untimed).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -27,6 +28,9 @@ struct FrontierSample {
     // prefill and decode, and over its decode alone.
     bool ssd = false;
     experts::ExpertStats ssd_all, ssd_gen;
+    // The same for the CUDA backend's device tier (its host tier is the cache above).
+    bool tier = false;
+    runtime::DeviceTierStats tier_all, tier_gen;
     double prefill_tps() const { return prefill_s > 0 ? prefill_tokens / prefill_s : 0; }
     double gen_tps() const { return gen_s > 0 ? gen_tokens / gen_s : 0; }
 };

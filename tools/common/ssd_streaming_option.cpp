@@ -29,11 +29,10 @@ bool ends_with(const std::string &s, const std::string &suffix) {
 
 }  // namespace
 
-CacheBudget parse_cache_budget(const std::string &text) {
+CacheBudget parse_cache_budget(const std::string &text, const std::string &flag) {
     const std::string t = lower(text);
     auto bad = [&] {
-        return UsageError(fmt::format("--ssd-streaming-cache-experts: must be {}, got {}", kForms,
-                                      quoted_arg(text)));
+        return UsageError(fmt::format("{}: must be {}, got {}", flag, kForms, quoted_arg(text)));
     };
     if (t == "auto") return {};
     if (ends_with(t, "%")) {
@@ -43,10 +42,9 @@ CacheBudget parse_cache_budget(const std::string &text) {
         char *end = nullptr;
         const double v = std::strtod(num.c_str(), &end);
         if (end != num.c_str() + num.size() || !(v > 0) || v > 100)
-            throw UsageError(fmt::format(
-                "--ssd-streaming-cache-experts: a share must be more than 0% and at most 100%, "
-                "got {}",
-                quoted_arg(text)));
+            throw UsageError(
+                fmt::format("{}: a share must be more than 0% and at most 100%, got {}", flag,
+                            quoted_arg(text)));
         return {.experts = 0, .percent = v, .bytes = 0, .automatic = false};
     }
     double unit = 0;
@@ -69,8 +67,7 @@ CacheBudget parse_cache_budget(const std::string &text) {
             if (!std::isdigit(static_cast<unsigned char>(c))) throw bad();
         if (num.size() > 12) throw bad();
         const uint64_t n = std::stoull(num);
-        if (n == 0)
-            throw UsageError("--ssd-streaming-cache-experts: must be at least 1 expert, got 0");
+        if (n == 0) throw UsageError(fmt::format("{}: must be at least 1 expert, got 0", flag));
         return {.experts = n, .percent = 0, .bytes = 0, .automatic = false};
     }
     for (char c : num)
@@ -81,9 +78,7 @@ CacheBudget parse_cache_budget(const std::string &text) {
     const double bytes = v * unit;
     if (bytes < 1)
         throw UsageError(
-            fmt::format("--ssd-streaming-cache-experts: must be more than 0 bytes, "
-                        "got {}",
-                        quoted_arg(text)));
+            fmt::format("{}: must be more than 0 bytes, got {}", flag, quoted_arg(text)));
     return {.experts = 0, .percent = 0, .bytes = uint64_t(bytes), .automatic = false};
 }
 
@@ -104,20 +99,32 @@ runtime::StreamingModelOptions SsdStreamingFlags::options(runtime::Backend backe
             {preload_opt && preload_opt->count() > 0, "--ssd-streaming-preload-experts"},
             {cache_dir_opt && cache_dir_opt->count() > 0, "--ssd-streaming-cache-dir"},
             {reader_opt && reader_opt->count() > 0, "--ssd-streaming-reader"},
-            {buffered, "--ssd-streaming-buffered"}};
+            {buffered, "--ssd-streaming-buffered"},
+            {host_budget_opt && host_budget_opt->count() > 0, "--ssd-streaming-host-cache"}};
         for (const auto &[g, name] : given)
             if (g) throw UsageError(fmt::format("{} needs --ssd-streaming", name));
         return o;
     }
-    if (backend == runtime::Backend::Cuda)
+    const bool cuda = backend == runtime::Backend::Cuda;
+    if (!cuda && host_budget_opt && host_budget_opt->count() > 0)
         throw UsageError(
-            "--ssd-streaming runs on the CPU backend only (streaming on CUDA is not implemented "
-            "yet): drop --ssd-streaming or use --backend cpu");
+            "--ssd-streaming-host-cache sizes the host tier of the CUDA backend; on the CPU "
+            "backend the cache is in host memory: use --ssd-streaming-cache-experts");
     if (cold && preload_opt && preload_opt->count() > 0)
         throw UsageError(
             "--ssd-streaming-cold and --ssd-streaming-preload-experts exclude each other");
     o.enabled = true;
-    const CacheBudget b = parse_cache_budget(budget);
+    // On CUDA, --ssd-streaming-cache-experts is the device tier and --ssd-streaming-host-cache
+    // the host tier that feeds it; on the CPU the one cache.
+    const CacheBudget b = cuda ? parse_cache_budget(host_budget, "--ssd-streaming-host-cache")
+                               : parse_cache_budget(budget);
+    if (cuda) {
+        const CacheBudget d = parse_cache_budget(budget);
+        o.device_experts = d.experts;
+        o.device_percent = d.percent;
+        o.device_bytes = d.bytes;
+        o.host_tier = true;
+    }
     o.budget_experts = b.experts;
     o.budget_percent = b.percent;
     o.budget_bytes = b.bytes;
@@ -143,29 +150,46 @@ runtime::StreamingModelOptions SsdStreamingFlags::options(runtime::Backend backe
     return o;
 }
 
+namespace {
+
+// CLI11's check of a budget flag: parse_cache_budget's message without the flag's name (CLI11
+// names the option itself).
+CLI::Validator budget_validator(const std::string &flag) {
+    return CLI::Validator(
+        [flag](std::string &s) -> std::string {
+            try {
+                (void)parse_cache_budget(s, flag);
+            } catch (const UsageError &e) {
+                std::string m = e.what();
+                const std::string prefix = flag + ": ";
+                return m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;
+            }
+            return "";
+        },
+        "N|N%|NGB|NMB|auto");
+}
+
+}  // namespace
+
 void add_ssd_streaming_options(CLI::App &app, SsdStreamingFlags &f) {
     app.add_flag("--ssd-streaming", f.on,
-                 "Stream the routed experts from the model file through a bounded cache (CPU "
-                 "backend); the other weights stay mapped");
+                 "Stream the routed experts from the model file through a bounded cache; the "
+                 "other weights stay mapped (CPU) or go to the device (CUDA, where the cache is a "
+                 "device tier fed by a host tier)");
     f.budget_opt =
         app.add_option("--ssd-streaming-cache-experts", f.budget,
-                       "SSD streaming cache: N experts, N% of the routed experts, NGB or NMB (GiB, "
-                       "MiB), or auto (the "
-                       "default: MemAvailable minus the resident weights minus a margin of a "
-                       "tenth, at least 1 GiB); below the floor (one token's experts of one "
-                       "layer) the load is refused (exit 2)")
-            ->check(CLI::Validator(
-                [](std::string &s) -> std::string {
-                    try {
-                        (void)parse_cache_budget(s);
-                    } catch (const UsageError &e) {
-                        std::string m = e.what();
-                        const std::string prefix = "--ssd-streaming-cache-experts: ";
-                        return m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;
-                    }
-                    return "";
-                },
-                "N|N%|NGB|NMB|auto"));
+                       "SSD streaming cache (CUDA: the device tier): N experts, N% of the routed "
+                       "experts, NGB or NMB (GiB, MiB), or auto (the default; CPU: MemAvailable "
+                       "minus the resident weights minus a margin of a tenth, at least 1 GiB; "
+                       "CUDA: the device memory free after the other weights minus 2 GiB); "
+                       "below the floor (one token's experts of one layer) the load is refused")
+            ->check(budget_validator("--ssd-streaming-cache-experts"));
+    f.host_budget_opt =
+        app.add_option("--ssd-streaming-host-cache", f.host_budget,
+                       "SSD streaming on CUDA: the host tier (pinned host memory between the "
+                       "disk and the device tier), in the forms of --ssd-streaming-cache-experts; "
+                       "auto (the default) as the CPU cache's auto")
+            ->check(budget_validator("--ssd-streaming-host-cache"));
     app.add_flag("--ssd-streaming-cold", f.cold,
                  "SSD streaming: preload nothing at start (the cache fills as experts are used)");
     f.preload_opt = app.add_option("--ssd-streaming-preload-experts", f.preload,
@@ -188,12 +212,18 @@ void add_ssd_streaming_options(CLI::App &app, SsdStreamingFlags &f) {
 void print_ssd_streaming_startup(const std::string &tool, runtime::Model &model) {
     if (runtime::ExpertStreaming *s = model.streaming())
         for (const std::string &line : s->log()) fmt::print(stderr, "{}: {}\n", tool, line);
+    if (runtime::DeviceWeights *d = model.device())
+        for (const std::string &line : d->tier_log()) fmt::print(stderr, "{}: {}\n", tool, line);
 }
 
 void finish_ssd_streaming(const std::string &tool, runtime::Model &model) {
     runtime::ExpertStreaming *s = model.streaming();
     if (!s) return;
-    fmt::print(stderr, "{}: SSD streaming stats: {}\n", tool,
+    const runtime::DeviceWeights *d = model.device();
+    if (const auto tier = d ? d->tier_stats() : std::nullopt)
+        fmt::print(stderr, "{}: SSD streaming device tier stats: {}\n", tool,
+                   runtime::device_tier_stats_text(*tier));
+    fmt::print(stderr, "{}: SSD streaming {}stats: {}\n", tool, d ? "host tier " : "",
                runtime::streaming_stats_text(s->source().stats()));
     fmt::print(stderr, "{}: {}\n", tool, s->save_popularity());
 }

@@ -2,8 +2,11 @@
 // The SSD-streaming flags of the engine tools (ds4, ds4-bench, ds4-test), declared once, and the
 // lines they print about it (docs/CLI.md, docs/SSD_STREAMING.md):
 //   --ssd-streaming                       stream the routed experts from the model file
-//   --ssd-streaming-cache-experts B       the cache: N experts, N% of them, NGB / NMB, or auto
-//                                         (the default: MemAvailable - resident - a margin)
+//   --ssd-streaming-cache-experts B       the cache (CUDA: the device tier): N experts, N% of
+//                                         them, NGB / NMB, or auto (the default: MemAvailable -
+//                                         resident - a margin; CUDA: free device memory - 2 GiB)
+//   --ssd-streaming-host-cache B          CUDA: the host tier feeding the device tier (auto as
+//                                         the CPU cache's)
 //   --ssd-streaming-cold                  no preload at start
 //   --ssd-streaming-preload-experts N     preload at most N experts (default: the cache, <= 4096)
 //   --ssd-streaming-cache-dir DIR         where the routing popularity is kept
@@ -27,19 +30,20 @@ struct CacheBudget {
 
 // "2427", "10%" (of the routed experts), "16GB" / "16G" / "16GiB", "512MB" / "512M" / "512MiB"
 // (GB and MB mean GiB and MiB, as in the reference; a fraction is allowed for sizes and shares),
-// "auto" (case-insensitive). Throws UsageError naming the forms.
-CacheBudget parse_cache_budget(const std::string &text);
+// "auto" (case-insensitive). Throws UsageError naming the forms, after `flag`.
+CacheBudget parse_cache_budget(const std::string &text,
+                               const std::string &flag = "--ssd-streaming-cache-experts");
 
 struct SsdStreamingFlags {
     bool on = false, cold = false, buffered = false;
-    std::string budget = "auto", cache_dir, reader = "auto";
+    std::string budget = "auto", host_budget = "auto", cache_dir, reader = "auto";
     int64_t preload = -1;  // -1: not given
-    CLI::Option *budget_opt = nullptr, *preload_opt = nullptr, *cache_dir_opt = nullptr,
-                *reader_opt = nullptr;
+    CLI::Option *budget_opt = nullptr, *host_budget_opt = nullptr, *preload_opt = nullptr,
+                *cache_dir_opt = nullptr, *reader_opt = nullptr;
 
     // The model options for `model_path` on `backend`. Throws UsageError for a streaming flag
     // without --ssd-streaming, --ssd-streaming-cold with --ssd-streaming-preload-experts,
-    // streaming with the CUDA backend, a cache folder that is not a folder.
+    // --ssd-streaming-host-cache on the CPU backend, a cache folder that is not a folder.
     runtime::StreamingModelOptions options(runtime::Backend backend,
                                            const std::string &model_path) const;
 };

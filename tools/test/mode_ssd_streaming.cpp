@@ -6,12 +6,15 @@
 // the resident run's, bit for bit. Always on a synthetic model in the published q2 expert types
 // (tiny widths, 32 experts per layer; its slabs are not 4 KiB multiples, so O_DIRECT rounding is
 // exercised); also on -m / DS4_TEST_MODEL when set, with the official short_code_completion prompt
-// (the case of the report), cold only.
+// (the case of the report), cold only. With --cuda the same on the CUDA backend: the resident
+// run on the device, the streamed ones with a device tier of each of those budgets, fed by a
+// host tier of twice the floor (most experts then come from the disk) or of every expert.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "common/error.h"
 #include "gguf/gguf_file.h"
@@ -92,7 +95,10 @@ std::string read_text(const std::string &path) {
 void run_model(TestEnv &env, Report &rep, const std::string &name, const std::string &path,
                const Workload &w, bool with_preload, std::vector<std::string> &table) {
     const int threads = env.opts().threads;
-    const auto resident = tools::load_model("ds4-test", path, {.n_threads = threads});
+    const runtime::Backend backend = env.opts().backend;
+    const bool cuda = backend == runtime::Backend::Cuda;
+    const auto resident =
+        tools::load_model("ds4-test", path, {.n_threads = threads, .backend = backend});
     const model::HParams hp = resident->hparams();
     const Trace oracle = run_trace(*resident, w, nullptr);
     const size_t n_prefill = (w.prompt.size() + w.chunk - 1) / w.chunk;
@@ -100,38 +106,56 @@ void run_model(TestEnv &env, Report &rep, const std::string &name, const std::st
                                 "in chunks of {}, then {} greedy decode steps",
                                 name, hp.n_layer, hp.n_expert, hp.n_expert_used, w.prompt.size(),
                                 w.chunk, w.decode_steps));
-    for (const uint64_t budget : smallest_budgets(hp)) {
-        for (const bool preload : {false, true}) {
-            if (preload && !with_preload) continue;
-            runtime::ModelOptions mo{.n_threads = threads};
-            mo.streaming.enabled = true;
-            mo.streaming.budget_experts = budget;
-            mo.streaming.preload = preload;
-            std::string problem;
-            experts::ExpertStats st;
-            try {
-                const auto streamed = tools::load_model("ds4-test", path, mo);
-                const Trace got = run_trace(*streamed, w, &oracle.decoded);
-                problem = compare_traces(got, oracle, n_prefill);
-                st = streamed->streaming()->source().stats();
-            } catch (const Error &e) {
-                problem = e.what();
+    const uint64_t n_total = uint64_t(hp.n_layer) * hp.n_expert;
+    // CUDA: the host tier under each device tier; the CPU has the one cache.
+    const std::vector<uint64_t> host_tiers =
+        cuda ? std::vector<uint64_t>{std::min<uint64_t>(n_total, 2 * hp.n_expert_used), n_total}
+             : std::vector<uint64_t>{0};
+    for (const uint64_t budget : smallest_budgets(hp))
+        for (const uint64_t host : host_tiers)
+            for (const bool preload : {false, true}) {
+                if (preload && !with_preload) continue;
+                runtime::ModelOptions mo{.n_threads = threads, .backend = backend};
+                mo.streaming.enabled = true;
+                mo.streaming.budget_experts = cuda ? host : budget;
+                mo.streaming.device_experts = cuda ? budget : 0;
+                mo.streaming.host_tier = cuda;
+                mo.streaming.preload = preload;
+                std::string problem;
+                experts::ExpertStats st;
+                std::optional<runtime::DeviceTierStats> tier;
+                try {
+                    const auto streamed = tools::load_model("ds4-test", path, mo);
+                    const Trace got = run_trace(*streamed, w, &oracle.decoded);
+                    problem = compare_traces(got, oracle, n_prefill);
+                    st = streamed->streaming()->source().stats();
+                    if (streamed->device()) tier = streamed->device()->tier_stats();
+                } catch (const Error &e) {
+                    problem = e.what();
+                }
+                const double total = double(n_total);
+                const std::string where =
+                    cuda ? fmt::format("device tier {} experts ({:.1f}%), host tier {}", budget,
+                                       100.0 * budget / total, host)
+                         : fmt::format("budget {} experts ({:.1f}%)", budget,
+                                       100.0 * budget / total);
+                rep.check(
+                    problem.empty(), kMode,
+                    fmt::format("{}: {}, {}: {}", name, where, preload ? "preloaded" : "cold",
+                                problem.empty() ? fmt::format("{} steps bit-identical to resident",
+                                                              oracle.logits.size())
+                                                : problem));
+                // The device tier's counts where there is one, else the cache's.
+                const uint64_t hits = tier ? tier->hits : st.hits,
+                               misses = tier ? tier->misses : st.misses,
+                               asked = tier ? tier->acquires : st.gets;
+                table.push_back(fmt::format(
+                    "{:<10} {:>7} {:>6.1f}% {:>6} {:<9} {:>9} {:>9} {:>8.2f}% {:>14} {}", name,
+                    budget, 100.0 * budget / total, cuda ? fmt::format("{}", host) : "-",
+                    preload ? "preloaded" : "cold", hits, misses,
+                    asked ? 100.0 * double(hits) / double(asked) : 0.0, st.bytes_read,
+                    problem.empty() ? "identical" : "DIFFERENT"));
             }
-            const double total = double(hp.n_layer) * hp.n_expert;
-            const std::string what = fmt::format(
-                "{}: budget {} experts ({:.1f}%), {}: {}", name, budget, 100.0 * budget / total,
-                preload ? "preloaded" : "cold",
-                problem.empty()
-                    ? fmt::format("{} steps bit-identical to resident", oracle.logits.size())
-                    : problem);
-            rep.check(problem.empty(), kMode, what);
-            table.push_back(
-                fmt::format("{:<10} {:>7} {:>6.1f}% {:<9} {:>9} {:>9} {:>8.2f}% {:>14} {}", name,
-                            budget, 100.0 * budget / total, preload ? "preloaded" : "cold", st.hits,
-                            st.misses, st.gets ? 100.0 * st.hits / st.gets : 0.0, st.bytes_read,
-                            problem.empty() ? "identical" : "DIFFERENT"));
-        }
-    }
 }
 
 }  // namespace
@@ -139,10 +163,6 @@ void run_model(TestEnv &env, Report &rep, const std::string &name, const std::st
 void run_ssd_streaming_cache_pressure(TestEnv &env, Report &rep) {
     std::vector<std::string> table;
     try {
-        if (env.opts().backend == runtime::Backend::Cuda) {
-            rep.fail(kMode, "SSD streaming runs on the CPU backend only; run without --cuda");
-            return;
-        }
         // The synthetic model: tiny widths, 32 experts per layer (4 used), q2 expert types.
         tools::TempDir tmp("ds4-test-ssd-");
         const std::string path = tmp.path() + "/tiny-q2-32x.gguf";
@@ -180,9 +200,13 @@ void run_ssd_streaming_cache_pressure(TestEnv &env, Report &rep) {
         rep.fail(kMode, e.what());
     }
     if (table.empty()) return;
-    rep.note(kMode,
-             fmt::format("{:<10} {:>7} {:>7} {:<9} {:>9} {:>9} {:>9} {:>14} {}", "model", "budget",
-                         "share", "start", "hits", "misses", "hit rate", "bytes read", "logits"));
+    rep.note(kMode, fmt::format("{:<10} {:>7} {:>7} {:>6} {:<9} {:>9} {:>9} {:>9} {:>14} {}",
+                                "model", "budget", "share", "host", "start", "hits", "misses",
+                                "hit rate", "bytes read", "logits"));
+    if (env.opts().backend == runtime::Backend::Cuda)
+        rep.note(kMode,
+                 "budget: the device tier; host: the host tier; hits and misses: the device "
+                 "tier's; bytes read: from the disk into the host tier");
     for (const std::string &line : table) rep.note(kMode, line);
 }
 

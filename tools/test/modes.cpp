@@ -21,7 +21,8 @@ const std::vector<Mode> &all_modes() {
         {"ssd-streaming-cache-pressure",
          "SSD expert streaming at the smallest cache budgets (floor, 2x floor, 10%, 25%), cold "
          "and preloaded, vs resident: prefill and decode logits bit-identical (a synthetic q2 "
-         "model, and -m / DS4_TEST_MODEL when set)",
+         "model, and -m / DS4_TEST_MODEL when set); with --cuda the device tier at those "
+         "budgets over a small and a full host tier, vs resident CUDA",
          run_ssd_streaming_cache_pressure},
         {"backend-parity",
          "CPU vs CUDA on one prompt (-p / --prompt-file, else its own) and -n greedy steps "

@@ -136,12 +136,22 @@ void upload_split_blocks(const void *src, int64_t n_blocks, int block_bytes, int
                DS4_CUDA_CHECK(cudaMemcpyAsync(raw, pinned, n, cudaMemcpyHostToDevice, st.stream()));
                const int64_t first = int64_t(off / size_t(block_bytes)),
                              count = int64_t(n / size_t(block_bytes));
-               launch_kernel(split_blocks_kernel, unsigned((count + 255) / 256), 256, 0,
-                             st.stream(), raw, count, block_bytes, seg_off, seg_len,
-                             static_cast<uint8_t *>(plane_a) + first * seg_len,
-                             static_cast<uint8_t *>(plane_b) + first * (block_bytes - seg_len));
-               DS4_CUDA_CHECK(cudaGetLastError());
+               split_blocks_async(raw, count, block_bytes, seg_off, seg_len,
+                                  static_cast<uint8_t *>(plane_a) + first * seg_len,
+                                  static_cast<uint8_t *>(plane_b) + first * (block_bytes - seg_len),
+                                  st.stream());
            });
+}
+
+void split_blocks_async(const void *src, int64_t n_blocks, int block_bytes, int seg_off,
+                        int seg_len, void *plane_a, void *plane_b, cudaStream_t stream) {
+    if (block_bytes <= 0 || seg_off < 0 || seg_len < 0 || seg_off + seg_len > block_bytes)
+        throw ds4::Error("split_blocks_async: a segment outside the block");
+    if (n_blocks <= 0) return;
+    launch_kernel(split_blocks_kernel, unsigned((n_blocks + 255) / 256), 256, 0, stream,
+                  static_cast<const uint8_t *>(src), n_blocks, block_bytes, seg_off, seg_len,
+                  static_cast<uint8_t *>(plane_a), static_cast<uint8_t *>(plane_b));
+    DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace ds4::cuda

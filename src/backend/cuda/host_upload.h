@@ -12,6 +12,8 @@
 // Both return when the bytes are on the device. One upload runs at a time (a process-wide
 // staging area, guarded by a mutex: 128 MiB pinned and, for split uploads, 128 MiB on the
 // device, allocated at first use and freed by release_upload_staging, e.g. once a model is up).
+#include <cuda_runtime.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -23,5 +25,11 @@ void upload_split_blocks(const void *src, int64_t n_blocks, int block_bytes, int
                          int seg_len, void *plane_a, void *plane_b);
 
 void release_upload_staging();
+
+// The same repack of n_blocks blocks already on the device (src), enqueued on `stream`: what
+// upload_split_blocks does to each chunk after its transfer (the streamed experts' slots are
+// filled this way, runtime/cuda/device_expert_tier.h).
+void split_blocks_async(const void *src, int64_t n_blocks, int block_bytes, int seg_off,
+                        int seg_len, void *plane_a, void *plane_b, cudaStream_t stream);
 
 }  // namespace ds4::cuda

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/expert_matmul.cuh"
 #include "backend/cuda/expert_mma.cuh"
+#include "backend/cuda/expert_planes.h"
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
 #include "common/error.h"
@@ -229,12 +230,13 @@ Iq2xxsWeights::Iq2xxsWeights(const void *ggml_blocks, int64_t n_rows, int64_t k,
     if (k % kQK != 0) throw ds4::Error("IQ2_XXS rows must hold a multiple of 256 values");
     upload_tables_once();  // here, not at the first launch, which may be inside a graph capture
     // repack_iq2_xxs on the device: the group data are the segment, the scale the rest.
-    using Block = quant::BlockIQ2_XXS;
-    static_assert(offsetof(Block, qs) == 2 && sizeof(Block) == 2 + kGroupBytes);
+    const BlockSplit split = block_split(GgmlType::IQ2_XXS);
+    static_assert(sizeof(quant::BlockIQ2_XXS) == 2 + kGroupBytes);
     const int64_t n_blocks = n_experts * n_rows * (k / kQK);
     qs_ = DeviceBuffer(size_t(n_blocks) * kGroupBytes);
     d_ = DeviceBuffer(size_t(n_blocks) * sizeof(uint16_t));
-    upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 2, kGroupBytes, qs_.get(), d_.get());
+    upload_split_blocks(ggml_blocks, n_blocks, split.block_bytes, split.seg_off, split.seg_len,
+                        qs_.get(), d_.get());
     expert_matvec::prepare<Iq2xxsFormat>();
     expert_matmul::prepare<Iq2xxsFormat>();
     expert_mma::prepare<Iq2xxsFormat>();
@@ -242,6 +244,16 @@ Iq2xxsWeights::Iq2xxsWeights(const void *ggml_blocks, int64_t n_rows, int64_t k,
     table_ = ResidentExpertTable(qs_.get(), size_t(expert_blocks) * kGroupBytes, d_.get(),
                                  size_t(expert_blocks) * sizeof(uint16_t), n_experts);
     view_ = {qs_.as<uint8_t>(), d_.as<uint16_t>(), n_rows, k, n_experts, table_.table()};
+}
+
+Iq2xxsWeights::Iq2xxsWeights(int64_t n_rows, int64_t k, int64_t n_experts,
+                             const ExpertTable &table) {
+    if (k % kQK != 0) throw ds4::Error("IQ2_XXS rows must hold a multiple of 256 values");
+    upload_tables_once();
+    expert_matvec::prepare<Iq2xxsFormat>();
+    expert_matmul::prepare<Iq2xxsFormat>();
+    expert_mma::prepare<Iq2xxsFormat>();
+    view_ = {nullptr, nullptr, n_rows, k, n_experts, table};
 }
 
 void matvec_iq2_xxs(const Iq2xxsExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,

@@ -42,6 +42,9 @@ class Iq2xxsWeights {
     // n_experts matrices of n_rows rows of k values (k a multiple of 256), ggml blocks back to
     // back (a 2-D matrix is n_experts = 1).
     Iq2xxsWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64_t n_experts = 1);
+    // The planes are elsewhere (a streaming tier's slots): the kernels reach expert e through
+    // `table` only (qs and d of the view are null).
+    Iq2xxsWeights(int64_t n_rows, int64_t k, int64_t n_experts, const ExpertTable &table);
     const Iq2xxsExperts &experts() const { return view_; }
 
   private:

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/expert_matmul.cuh"
 #include "backend/cuda/expert_mma.cuh"
+#include "backend/cuda/expert_planes.h"
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/q2_k_matvec.h"
 #include "common/error.h"
@@ -188,12 +189,13 @@ Q2KPlanes repack_q2_K(const void *ggml_blocks, int64_t n_blocks) {
 Q2KWeights::Q2KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64_t n_experts) {
     if (k % kQK != 0) throw ds4::Error("Q2_K rows must hold a multiple of 256 values");
     // repack_q2_K on the device: the quants are the segment, the record is scales, d, dmin.
-    using Block = quant::BlockQ2_K;
-    static_assert(offsetof(Block, qs) == 16 && offsetof(Block, d) == 80 && sizeof(Block) == 84);
+    const BlockSplit split = block_split(GgmlType::Q2_K);
+    static_assert(sizeof(quant::BlockQ2_K) == 64 + kQ2KRecordBytes);
     const int64_t n_blocks = n_experts * n_rows * (k / kQK);
     qs_ = DeviceBuffer(size_t(n_blocks) * 64);
     records_ = DeviceBuffer(size_t(n_blocks) * kQ2KRecordBytes);
-    upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 16, 64, qs_.get(), records_.get());
+    upload_split_blocks(ggml_blocks, n_blocks, split.block_bytes, split.seg_off, split.seg_len,
+                        qs_.get(), records_.get());
     expert_matvec::prepare<Q2KFormat>();
     expert_matmul::prepare<Q2KFormat>();
     expert_mma::prepare<Q2KFormat>();
@@ -201,6 +203,14 @@ Q2KWeights::Q2KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64
     table_ = ResidentExpertTable(qs_.get(), size_t(expert_blocks) * 64, records_.get(),
                                  size_t(expert_blocks) * kQ2KRecordBytes, n_experts);
     view_ = {qs_.as<uint8_t>(), records_.as<uint8_t>(), n_rows, k, n_experts, table_.table()};
+}
+
+Q2KWeights::Q2KWeights(int64_t n_rows, int64_t k, int64_t n_experts, const ExpertTable &table) {
+    if (k % kQK != 0) throw ds4::Error("Q2_K rows must hold a multiple of 256 values");
+    expert_matvec::prepare<Q2KFormat>();
+    expert_matmul::prepare<Q2KFormat>();
+    expert_mma::prepare<Q2KFormat>();
+    view_ = {nullptr, nullptr, n_rows, k, n_experts, table};
 }
 
 void matvec_q2_K(const Q2KExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,

@@ -40,6 +40,8 @@ Q2KPlanes repack_q2_K(const void *ggml_blocks, int64_t n_blocks);
 class Q2KWeights {
   public:
     Q2KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64_t n_experts = 1);
+    // The planes are elsewhere (as Iq2xxsWeights's table constructor).
+    Q2KWeights(int64_t n_rows, int64_t k, int64_t n_experts, const ExpertTable &table);
     const Q2KExperts &experts() const { return view_; }
 
   private:

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/expert_matmul.cuh"
+#include "backend/cuda/expert_planes.h"
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/q4_k_matvec.h"
 #include "common/error.h"
@@ -138,18 +139,26 @@ Q4KPlanes repack_q4_K(const void *ggml_blocks, int64_t n_blocks) {
 Q4KWeights::Q4KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64_t n_experts) {
     if (k % kQK != 0) throw ds4::Error("Q4_K rows must hold a multiple of 256 values");
     // repack_q4_K on the device: the quants are the segment, the header d, dmin, scales.
-    using Block = quant::BlockQ4_K;
-    static_assert(offsetof(Block, qs) == 16 && sizeof(Block) == 144);
+    const BlockSplit split = block_split(GgmlType::Q4_K);
+    static_assert(sizeof(quant::BlockQ4_K) == 128 + 16);
     const int64_t n_blocks = n_experts * n_rows * (k / kQK);
     qs_ = DeviceBuffer(size_t(n_blocks) * 128);
     headers_ = DeviceBuffer(size_t(n_blocks) * 16);
-    upload_split_blocks(ggml_blocks, n_blocks, sizeof(Block), 16, 128, qs_.get(), headers_.get());
+    upload_split_blocks(ggml_blocks, n_blocks, split.block_bytes, split.seg_off, split.seg_len,
+                        qs_.get(), headers_.get());
     expert_matvec::prepare<Q4KFormat>();
     expert_matmul::prepare<Q4KFormat>();
     const int64_t expert_blocks = n_rows * (k / kQK);
     table_ = ResidentExpertTable(qs_.get(), size_t(expert_blocks) * 128, headers_.get(),
                                  size_t(expert_blocks) * 16, n_experts);
     view_ = {qs_.as<uint8_t>(), headers_.as<uint8_t>(), n_rows, k, n_experts, table_.table()};
+}
+
+Q4KWeights::Q4KWeights(int64_t n_rows, int64_t k, int64_t n_experts, const ExpertTable &table) {
+    if (k % kQK != 0) throw ds4::Error("Q4_K rows must hold a multiple of 256 values");
+    expert_matvec::prepare<Q4KFormat>();
+    expert_matmul::prepare<Q4KFormat>();
+    view_ = {nullptr, nullptr, n_rows, k, n_experts, table};
 }
 
 void matvec_q4_K(const Q4KExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,

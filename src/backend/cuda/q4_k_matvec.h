@@ -37,6 +37,8 @@ Q4KPlanes repack_q4_K(const void *ggml_blocks, int64_t n_blocks);
 class Q4KWeights {
   public:
     Q4KWeights(const void *ggml_blocks, int64_t n_rows, int64_t k, int64_t n_experts = 1);
+    // The planes are elsewhere (as Iq2xxsWeights's table constructor).
+    Q4KWeights(int64_t n_rows, int64_t k, int64_t n_experts, const ExpertTable &table);
     const Q4KExperts &experts() const { return view_; }
 
   private:

@@ -20,6 +20,7 @@
 #include "backend/cuda/token_io.h"
 #include "backend/cuda/vector_ops.h"
 #include "common/error.h"
+#include "experts/expert_rounds.h"
 #include "runtime/kv_cache_io.h"
 
 namespace ds4::runtime::cuda_backend {
@@ -149,6 +150,17 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     if (const char *g = std::getenv("DS4_CUDA_GRAPHS"); g && std::string(g) == "0")
         use_graphs_ = false;
     if (profile_.on()) use_graphs_ = false;  // events time launched kernels, not a graph's
+    // A streamed layer's experts are known to the host only once its router has run.
+    if (model.expert_tier()) {
+        use_graphs_ = false;
+        const size_t K = hp_.n_expert_used, n_expert = hp_.n_expert;
+        DS4_CUDA_CHECK(cudaMallocHost(&ids_host_, size_t(max_batch) * K * sizeof(int32_t)));
+        // At most ceil(n_expert / K) rounds (the tier holds K experts or more), each with its
+        // offsets; every pair in one of them.
+        rounds_ints_ = (n_expert / K + 2) * (n_expert + 1) + size_t(max_batch) * K;
+        DS4_CUDA_CHECK(cudaMallocHost(&rounds_host_, rounds_ints_ * sizeof(int32_t)));
+        rounds_ = device_array<int32_t>(rounds_ints_);
+    }
     if (const char *f = std::getenv("DS4_CUDA_SIDE_STREAM"); f && std::string(f) == "0")
         use_side_stream_ = false;
     // DS4_CUDA_SKIP: operations left out of every one-token step, for measuring what each adds
@@ -267,6 +279,8 @@ CudaOps::~CudaOps() {
         fmt::print(stderr, "CUDA decode graph: {} nodes per step, {} edges ({} programmatic)\n",
                    graph_.nodes(), graph_.edges(), graph_.programmatic_edges());
     if (tokens_host_) cudaFreeHost(tokens_host_);
+    if (ids_host_) cudaFreeHost(ids_host_);
+    if (rounds_host_) cudaFreeHost(rounds_host_);
     if (positions_host_) cudaFreeHost(positions_host_);
     if (mix_ready_) cudaEventDestroy(mix_ready_);
     if (comb_ready_) cudaEventDestroy(comb_ready_);
@@ -450,6 +464,8 @@ void CudaOps::end_batch() {
     flush_moe_sum();
     settle_branch();
     n_past_ += batch_;
+    // The batch's layers are done with their experts: one step of the tiers' decay.
+    if (DeviceExpertTier *tier = m_.expert_tier()) tier->step_done();
 }
 
 ProfileScope CudaOps::weight_scope(const char *op, model::Tensor w, double m) {
@@ -1030,6 +1046,45 @@ cuda::RouteDeviceParams CudaOps::route_params(uint32_t il, int64_t t) const {
     return p;
 }
 
+namespace {
+
+// Releases a device tier's pass when the operation that acquired it ends, however it ends.
+class TierPass {
+  public:
+    TierPass(DeviceExpertTier &tier, cudaStream_t s) : tier_(tier), s_(s) {}
+    ~TierPass() {
+        try {
+            tier_.release(s_);
+        } catch (...) {  // a failing CUDA call; the pass's pins are gone already
+        }
+    }
+    TierPass(const TierPass &) = delete;
+    TierPass &operator=(const TierPass &) = delete;
+
+  private:
+    DeviceExpertTier &tier_;
+    cudaStream_t s_;
+};
+
+}  // namespace
+
+void CudaOps::acquire_selected(uint32_t il, const int32_t *ids, int64_t n) {
+    DS4_CUDA_CHECK(
+        cudaMemcpyAsync(ids_host_, ids, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, s_));
+    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+    std::vector<uint32_t> experts;
+    for (int64_t i = 0; i < n; ++i) {
+        if (ids_host_[i] < 0 || uint32_t(ids_host_[i]) >= hp_.n_expert)
+            throw Error(fmt::format("CUDA backend: the router of layer {} chose expert {}", il,
+                                    ids_host_[i]));
+        experts.push_back(uint32_t(ids_host_[i]));
+    }
+    std::sort(experts.begin(), experts.end());
+    experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+    const ProfileScope scope(profile_, s_, "moe expert tier");
+    m_.expert_tier()->acquire(il, experts, s_);
+}
+
 void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int64_t m,
                          float *slot_out) {
     if (replaying(kMoeRoutedOp,
@@ -1067,6 +1122,12 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
                                      s_);
         else
             cuda::route_experts(logits + t * hp.n_expert, p, ids, weights, s_);
+        scope.reset();
+        std::optional<TierPass> pass;
+        if (DeviceExpertTier *tier = m_.expert_tier()) {
+            acquire_selected(il, ids, K);
+            pass.emplace(*tier, s_);
+        }
         // K of the layer's experts: K / n_expert of each tensor's bytes.
         const double share = double(K) / double(hp.n_expert);
         scope.reset();
@@ -1119,6 +1180,10 @@ void CudaOps::moe_routed_grouped(uint32_t il, const float *XN, const float *logi
     const int64_t E = hp.n_embd, F = hp.n_ff_exp, pairs = m * K;
     const DeviceMatrix &gate = m_.matrix(L.ffn_gate_exps), &up = m_.matrix(L.ffn_up_exps),
                        &down = m_.matrix(L.ffn_down_exps);
+    if (m_.expert_tier()) {
+        moe_routed_rounds(il, XN, logits, m, slot_out);
+        return;
+    }
     int32_t *ids = expert_ids_.as<int32_t>();
     float *weights = expert_w_.as<float>();
     {
@@ -1156,6 +1221,80 @@ void CudaOps::moe_routed_grouped(uint32_t il, const float *XN, const float *logi
     const ProfileScope scope = weight_scope("moe down", L.ffn_down_exps, share * m);
     groups.x_div = 1;  // each pair's own SwiGLU row
     grouped(down, quantize_q8_k_batch(gate_.as<float>(), pairs * F), slot_out);
+}
+
+void CudaOps::moe_routed_rounds(uint32_t il, const float *XN, const float *logits, int64_t m,
+                                float *slot_out) {
+    const model::HParams &hp = hp_;
+    const model::LayerWeights &L = m_.weights().layers[il];
+    const int K = int(hp.n_expert_used);
+    const int64_t E = hp.n_embd, F = hp.n_ff_exp, pairs = m * K;
+    const DeviceMatrix &gate = m_.matrix(L.ffn_gate_exps), &up = m_.matrix(L.ffn_up_exps),
+                       &down = m_.matrix(L.ffn_down_exps);
+    DeviceExpertTier &tier = *m_.expert_tier();
+    int32_t *ids = expert_ids_.as<int32_t>();
+    float *weights = expert_w_.as<float>();
+    {
+        const ProfileScope scope(profile_, s_, "moe route");
+        cuda::route_experts(logits, route_params(il, 0), ids, weights, s_, int(m));
+    }
+    // The host reads the pairs' ids (waiting for s_, so the last call's copy of rounds_host_ is
+    // done before it is rewritten) and groups them in rounds the tier holds.
+    DS4_CUDA_CHECK(cudaMemcpyAsync(ids_host_, ids, size_t(pairs) * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, s_));
+    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+    const std::vector<experts::ExpertRound> rounds = experts::expert_rounds(
+        std::span<const int32_t>(ids_host_, size_t(pairs)), hp.n_expert, tier.n_slots());
+    std::vector<size_t> at;  // each round's offsets, then its order, in rounds_host_
+    size_t used = 0;
+    for (const experts::ExpertRound &r : rounds) {
+        if (used + r.offsets.size() + r.order.size() > rounds_ints_)
+            throw Error("CUDA backend: a chunk's expert rounds overflow their scratch");
+        at.push_back(used);
+        std::copy(r.offsets.begin(), r.offsets.end(), rounds_host_ + used);
+        used += r.offsets.size();
+        std::copy(r.order.begin(), r.order.end(), rounds_host_ + used);
+        used += r.order.size();
+    }
+    DS4_CUDA_CHECK(cudaMemcpyAsync(rounds_.get(), rounds_host_, used * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, s_));
+    auto grouped = [&](const DeviceMatrix &w, const cuda::ExpertGroups &groups,
+                       const cuda::Q8_KActivation &x, float *y) {
+        if (w.iq2_xxs)
+            cuda::matmul_iq2_xxs_grouped(w.iq2_xxs->experts(), groups, x, y, s_);
+        else if (w.q2_k)
+            cuda::matmul_q2_K_grouped(w.q2_k->experts(), groups, x, y, s_);
+        else
+            cuda::matmul_q4_K_grouped(w.q4_k->experts(), groups, x, y, s_);
+    };
+    if (up.type != gate.type) throw Error("CUDA backend: routed gate and up of two formats");
+    // Each round is the resident path's sequence over all pairs but with only the round's
+    // groups filled: every pair of the round gets its bits; the SwiGLU and the down input's
+    // quantization also pass over the other pairs' rows, which no product of this round reads
+    // (a later round rewrites them first; an earlier one has written its outputs already).
+    for (size_t r = 0; r < rounds.size(); ++r) {
+        const int32_t *offsets = rounds_.as<int32_t>() + at[r];
+        const cuda::ExpertGroups groups{offsets, offsets + rounds[r].offsets.size(),
+                                        int(hp.n_expert), K, int(m)};
+        tier.acquire(il, rounds[r].experts, s_);
+        const TierPass pass(tier, s_);
+        const double share = double(rounds[r].experts.size()) / double(hp.n_expert);
+        {
+            const ProfileScope scope = weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share);
+            const cuda::Q8_KActivation x = quantize_q8_k_batch(XN, m * E);
+            grouped(gate, groups, x, gate_.as<float>());
+            grouped(up, groups, x, up_.as<float>());
+        }
+        {
+            const ProfileScope scope(profile_, s_, "moe swiglu");
+            cuda::swiglu_slots(gate_.as<float>(), up_.as<float>(), int(pairs), F,
+                               hp.swiglu_clamp[il], weights, gate_.as<float>(), s_);
+        }
+        const ProfileScope scope = weight_scope("moe down", L.ffn_down_exps, share);
+        cuda::ExpertGroups down_groups = groups;
+        down_groups.x_div = 1;  // each pair's own SwiGLU row
+        grouped(down, down_groups, quantize_q8_k_batch(gate_.as<float>(), pairs * F), slot_out);
+    }
 }
 
 void CudaOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp) {

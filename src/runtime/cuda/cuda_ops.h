@@ -15,6 +15,9 @@
 // and MoE glue take the batch's rows in one grid. Every token's outputs are the bits of its
 // decode step. Prefill with tensor cores is still to come.
 //
+// With streamed routed experts (a device tier, device_expert_tier.h) the host reads each layer's
+// selected ids to fill the tier before the experts' kernels, so steps run eagerly (no graph).
+//
 // Everything a step's kernels need that depends on its position is in the StepWords of the
 // token, computed by the host, copied to the device with the tokens, and read there: so the work
 // enqueued for a step is the same at every position.
@@ -158,6 +161,14 @@ class CudaOps final : public Ops {
     // expert on the device, each expert's weights read once per tile of its pairs.
     void moe_routed_grouped(uint32_t il, const float *XN, const float *logits, int64_t m,
                             float *slot_out);
+    // Streaming (DeviceModel::expert_tier): the n expert ids at `ids` (device) read by the host
+    // (which waits for s_), and the layer's distinct experts acquired in the device tier.
+    void acquire_selected(uint32_t il, const int32_t *ids, int64_t n);
+    // moe_routed_grouped for streamed experts: the chunk's pairs in rounds of experts that fit
+    // the device tier (experts/expert_rounds.h), each round's experts acquired, its pairs run
+    // through the grouped products as the resident path runs all of them, and released.
+    void moe_routed_rounds(uint32_t il, const float *XN, const float *logits, int64_t m,
+                           float *slot_out);
     // Skipped where the scratch already holds x's n values (sc_->quantized says whose).
     void quantize_q8_0(const float *x, int64_t n);
     // One token's float product y = W x (m == 1), deferred: consecutive products of one x run
@@ -287,6 +298,11 @@ class CudaOps final : public Ops {
     cuda::FloatMatmulScratch float_batch_scratch_;
     cuda::DeviceBuffer q8k_batch_q_, q8k_batch_d_, q8k_batch_bsums_;
     cuda::DeviceBuffer expert_offsets_, expert_order_, pooled_;
+    // Streaming: the selected ids read back (pinned), and the rounds' groupings of a chunk on
+    // their way to the device (pinned) and there.
+    int32_t *ids_host_ = nullptr, *rounds_host_ = nullptr;
+    cuda::DeviceBuffer rounds_;
+    size_t rounds_ints_ = 0;
 };
 
 }  // namespace ds4::runtime::cuda_backend

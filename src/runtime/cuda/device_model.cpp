@@ -15,8 +15,8 @@ namespace ds4::runtime {
 
 std::unique_ptr<DeviceWeights> upload_to_cuda(
     const model::HParams &hp, const model::ModelWeights &w,
-    const std::function<void(uint64_t, uint64_t)> &progress) {
-    return std::make_unique<cuda_backend::DeviceModel>(hp, w, progress);
+    const std::function<void(uint64_t, uint64_t)> &progress, const DeviceStreaming *streaming) {
+    return std::make_unique<cuda_backend::DeviceModel>(hp, w, progress, streaming);
 }
 
 namespace cuda_backend {
@@ -72,11 +72,48 @@ DeviceMatrix upload_matrix(model::Tensor t, bool experts) {
     return m;
 }
 
+// A routed tensor read through the device tier's tables (its planes live in the tier's slots).
+DeviceMatrix streamed_matrix(model::Tensor t, const cuda::ExpertTable &table) {
+    DeviceMatrix m;
+    m.type = t->type;
+    m.k = static_cast<int64_t>(t->dim(0));
+    m.n_rows = static_cast<int64_t>(t->dim(1));
+    m.n_experts = static_cast<int64_t>(t->dim(2));
+    switch (t->type) {
+        case GgmlType::IQ2_XXS:
+            m.iq2_xxs = std::make_unique<cuda::Iq2xxsWeights>(m.n_rows, m.k, m.n_experts, table);
+            break;
+        case GgmlType::Q2_K:
+            m.q2_k = std::make_unique<cuda::Q2KWeights>(m.n_rows, m.k, m.n_experts, table);
+            break;
+        case GgmlType::Q4_K:
+            m.q4_k = std::make_unique<cuda::Q4KWeights>(m.n_rows, m.k, m.n_experts, table);
+            break;
+        default:  // DeviceExpertTier::layout_of refused it already
+            throw Error(fmt::format("CUDA expert streaming: {} weights ({})",
+                                    ggml_type_name(t->type), t->name));
+    }
+    return m;
+}
+
+// The device tier's slots for the budget: a count, a share of the routed experts, a size, or
+// (all 0) what `room` bytes hold. Not capped here; the tier holds at most every expert.
+uint64_t tier_slots(const DeviceStreaming &s, uint64_t n_total, uint64_t slot_bytes,
+                    uint64_t room) {
+    if (s.slots != 0) return s.slots;
+    if (s.percent > 0) return std::max<uint64_t>(1, uint64_t(double(n_total) * s.percent / 100.0));
+    if (s.bytes != 0) return s.bytes / slot_bytes;
+    return std::min(n_total, room / slot_bytes);
+}
+
 }  // namespace
 
 DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
-                         const std::function<void(uint64_t, uint64_t)> &progress)
+                         const std::function<void(uint64_t, uint64_t)> &progress,
+                         const DeviceStreaming *streaming)
     : hp_(hp), w_(w) {
+    if (streaming && !streaming->host)
+        throw Error("CUDA expert streaming: no host tier to stream the experts from");
     int n_devices = 0;
     if (const cudaError_t e = cudaGetDeviceCount(&n_devices); e != cudaSuccess || n_devices == 0)
         throw Error(fmt::format("no CUDA device: {}",
@@ -96,7 +133,7 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
             {L.hc_attn_fn, L.attn_q_a, L.attn_q_b, L.attn_kv, L.attn_output_a, L.attn_output_b,
              L.comp_kv, L.comp_gate, L.idx_q_b, L.idx_proj, L.idx_comp_kv, L.idx_comp_gate,
              L.hc_ffn_fn, L.ffn_gate_inp, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp});
-        add(experts, {L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps});
+        if (!streaming) add(experts, {L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps});
         add(vecs, {L.hc_attn_scale, L.hc_attn_base, L.attn_norm, L.attn_q_a_norm, L.attn_kv_a_norm,
                    L.attn_sinks, L.comp_ape, L.comp_norm, L.idx_comp_ape, L.idx_comp_norm,
                    L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm, L.exp_probs_b});
@@ -115,12 +152,27 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
     DS4_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     // Room beyond the weights for sessions' attention state and scratch.
     const uint64_t margin = uint64_t(2) << 30;
-    if (need + margin > free_bytes)
+    // Streaming: the device tier's slots come on top, at least its floor.
+    DeviceExpertTier::Layout layout;
+    uint64_t floor_bytes = 0;
+    if (streaming) {
+        layout = DeviceExpertTier::layout_of(w);
+        floor_bytes = uint64_t(hp.n_expert_used) * layout.slot_bytes;
+    }
+    if (need + floor_bytes + margin > free_bytes)
         throw Error(fmt::format(
-            "the weights need {:.2f} GiB on the device (+{:.0f} GiB for sessions); {} has {:.2f} "
-            "GiB free of {:.2f} GiB. Use a file that fits, or the CPU backend (streaming routed "
-            "experts to the GPU is not available yet)",
-            need / kGiB, margin / kGiB, device_name_, free_bytes / kGiB, total_bytes / kGiB));
+            "the weights need {:.2f} GiB on the device{} (+{:.0f} GiB for sessions); {} has "
+            "{:.2f} GiB free of {:.2f} GiB. {}",
+            need / kGiB,
+            streaming ? fmt::format(" with the routed experts streamed, +{:.2f} GiB for the "
+                                    "device tier's floor of {} experts",
+                                    floor_bytes / kGiB, hp.n_expert_used)
+                      : std::string(),
+            margin / kGiB, device_name_, free_bytes / kGiB, total_bytes / kGiB,
+            streaming ? "Use a smaller file or the CPU backend"
+                      : "Stream the routed experts (--ssd-streaming, with a device tier of "
+                        "--ssd-streaming-cache-experts), use a file that fits, or the CPU "
+                        "backend"));
 
     uint64_t done = 0;
     auto step = [&](uint64_t bytes) {
@@ -164,6 +216,46 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
         step(device_bytes(t, false));
     }
     cuda::release_upload_staging();
+    if (streaming) {
+        const uint64_t n_total = uint64_t(hp.n_layer) * hp.n_expert;
+        size_t free_now = 0;
+        DS4_CUDA_CHECK(cudaMemGetInfo(&free_now, &total_bytes));
+        const uint64_t room = free_now > margin ? free_now - margin : 0;
+        const uint64_t slots =
+            std::min(n_total, tier_slots(*streaming, n_total, layout.slot_bytes, room));
+        const bool automatic =
+            streaming->slots == 0 && streaming->percent <= 0 && streaming->bytes == 0;
+        if (slots < hp.n_expert_used)
+            throw Error(fmt::format(
+                "CUDA expert streaming: a device tier of {} experts is below the floor of {} (one "
+                "token's experts of one layer, {:.2f} MiB each){}",
+                slots, hp.n_expert_used, layout.slot_bytes / (1024.0 * 1024.0),
+                automatic ? fmt::format(": {:.2f} GiB free after the other weights, {:.0f} GiB "
+                                        "kept for sessions",
+                                        free_now / kGiB, margin / kGiB)
+                          : std::string()));
+        if (slots * layout.slot_bytes > room)
+            throw Error(fmt::format(
+                "CUDA expert streaming: a device tier of {} experts needs {:.2f} GiB; {} has "
+                "{:.2f} GiB free after the other weights, and {:.0f} GiB stay for sessions. Give "
+                "a smaller --ssd-streaming-cache-experts (or auto)",
+                slots, double(slots * layout.slot_bytes) / kGiB, device_name_, free_now / kGiB,
+                margin / kGiB));
+        tier_log_.push_back(
+            automatic ? fmt::format("CUDA device tier budget auto: {:.2f} GiB free after the other "
+                                    "weights - {:.0f} GiB for sessions",
+                                    free_now / kGiB, margin / kGiB)
+                      : fmt::format("CUDA device tier budget: {} experts", slots));
+        tier_ = std::make_unique<DeviceExpertTier>(hp, w, *streaming->host, slots);
+        for (const std::string &line : tier_->log()) tier_log_.push_back(line);
+        for (uint32_t il = 0; il < hp.n_layer; ++il) {
+            const model::LayerWeights &L = w.layers[il];
+            const model::Tensor parts[3] = {L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps};
+            for (int i = 0; i < 3; ++i)
+                matrices_.emplace(parts[i], streamed_matrix(parts[i], tier_->table(il, i)));
+        }
+        need += slots * layout.slot_bytes;
+    }
     bytes_ = need;
     for (const auto &[t, m] : matrices_) {
         max_k_ = std::max(max_k_, m.k);
@@ -177,6 +269,15 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
         if (fm.n_rows > 0)
             float_scratch_ = std::max(float_scratch_, cuda::float_matvec_scratch_bytes(fm));
     }
+}
+
+std::vector<std::string> DeviceModel::tier_log() const {
+    return tier_log_;
+}
+
+std::optional<DeviceTierStats> DeviceModel::tier_stats() const {
+    if (!tier_) return std::nullopt;
+    return tier_->stats();
 }
 
 std::pair<size_t, size_t> DeviceModel::float_matmul_scratch_bytes(int64_t m) const {

@@ -3,7 +3,9 @@
 // routed-expert formats repacked into planes (backend/cuda/*_matvec.h), float matrices and the
 // embedding as in the file, vectors (norms, sinks, biases, hyper-connection scales and bases,
 // the compressors' position biases) as f32, the hash-routing tables as int32. Uploaded once per
-// model; sessions (runtime/cuda/cuda_ops.h) share them.
+// model; sessions (runtime/cuda/cuda_ops.h) share them. With streaming, the routed experts are not
+// uploaded: their DeviceMatrix reads them through the device tier's tables (device_expert_tier.h),
+// which one session at a time fills.
 #include <cuda_runtime.h>
 
 #include <memory>
@@ -16,6 +18,7 @@
 #include "backend/cuda/q2_k_matvec.h"
 #include "backend/cuda/q4_k_matvec.h"
 #include "backend/cuda/q8_0_matvec.h"
+#include "runtime/cuda/device_expert_tier.h"
 #include "runtime/device_weights.h"
 
 namespace ds4::runtime::cuda_backend {
@@ -37,12 +40,17 @@ struct DeviceMatrix {
 class DeviceModel final : public DeviceWeights {
   public:
     DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
-                const std::function<void(uint64_t, uint64_t)> &progress);
+                const std::function<void(uint64_t, uint64_t)> &progress,
+                const DeviceStreaming *streaming = nullptr);
 
     std::unique_ptr<Ops> new_session(uint32_t ctx, bool f16_rows, ForwardOptions opts,
                                      uint32_t max_batch) override;
     uint64_t bytes() const override { return bytes_; }
     std::string device_name() const override { return device_name_; }
+    std::vector<std::string> tier_log() const override;
+    std::optional<DeviceTierStats> tier_stats() const override;
+    // The device tier of the streamed routed experts, or null when they are resident.
+    DeviceExpertTier *expert_tier() const { return tier_.get(); }
 
     const model::HParams &hp() const { return hp_; }
     const model::ModelWeights &weights() const { return w_; }
@@ -74,6 +82,8 @@ class DeviceModel final : public DeviceWeights {
     int64_t max_k_ = 0;
     size_t float_scratch_ = 0;
     std::string device_name_;
+    std::unique_ptr<DeviceExpertTier> tier_;
+    std::vector<std::string> tier_log_;  // the sizing line, then the tier's own lines
 };
 
 }  // namespace ds4::runtime::cuda_backend

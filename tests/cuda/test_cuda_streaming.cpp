@@ -1,0 +1,154 @@
+// Routed experts streamed on the CUDA backend (runtime/cuda/device_expert_tier.h): a device tier
+// of slots fed by a host tier (the SSD-streaming cache) must give the resident CUDA run's logits
+// bit for bit, at every device budget from the floor (one token's experts of one layer) to every
+// expert, over a host tier that holds every expert and one that holds twice the floor (most gets
+// then read the disk), in prefill chunks (several rounds of experts a layer when the tier holds
+// fewer than a chunk selects) and token by token, then in decode steps. The oracle is the
+// resident CUDA backend, which test_cuda_model.cpp compares with the CPU; what this adds is that
+// moving the bytes through slots changes nothing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "tiny_session_model.h"
+
+namespace ds4::cuda {
+namespace {
+
+using runtime::Backend;
+using runtime::Model;
+using runtime::ModelOptions;
+using runtime::Session;
+
+// The tiny shape with 32 experts a layer, 4 used (the CPU streaming tests' model), q2 experts.
+const std::string &model_32_experts() {
+    static std::string path;
+    if (path.empty()) {
+        gguf::Writer w;
+        std::vector<std::string> tokens;
+        for (int i = 0; i < 512; ++i) tokens.push_back("tok" + std::to_string(i * 7));
+        w.set("tokenizer.ggml.tokens", gguf::Value::array_of_strings(tokens));
+        const auto bytes = w.to_bytes();
+        auto vocab = gguf::File::from_memory(bytes.data(), bytes.size());
+        model::HParams hp = model::shape_preset("tiny", 512);
+        hp.n_expert = 32;
+        hp.n_expert_used = 4;
+        path = ::testing::TempDir() + "/cuda-stream-tiny-q2-32.gguf";
+        model::write_synthetic_model(hp, model::QuantMix::Q2, 13, *vocab, path, false);
+    }
+    return path;
+}
+
+struct Trace {
+    std::vector<std::vector<float>> logits;  // after each chunk, then each decode step
+    std::vector<int32_t> decoded;
+};
+
+// A prompt in chunks, then `steps` decode steps: greedy, or (forced) the given tokens.
+Trace run(Model &m, uint32_t chunk, int steps, const std::vector<int32_t> *forced) {
+    const std::vector<int32_t> prompt = ds4::test::made_up_prompt(40);
+    Session s(m, {.ctx = 256, .chunk = chunk});
+    Trace t;
+    for (size_t i = 0; i < prompt.size(); i += chunk) {
+        const size_t n = std::min<size_t>(chunk, prompt.size() - i);
+        t.logits.push_back(s.eval(std::span(prompt).subspan(i, n)));
+    }
+    for (int k = 0; k < steps; ++k) {
+        const int32_t id = forced ? (*forced)[k] : runtime::argmax(s.logits());
+        t.decoded.push_back(id);
+        t.logits.push_back(s.eval(std::span(&id, 1)));
+    }
+    return t;
+}
+
+ModelOptions streamed(uint64_t device_slots, uint64_t host_slots, bool preload) {
+    ModelOptions mo{.n_threads = 2, .backend = Backend::Cuda};
+    mo.streaming.enabled = true;
+    mo.streaming.host_tier = true;
+    mo.streaming.budget_experts = host_slots;
+    mo.streaming.device_experts = device_slots;
+    mo.streaming.preload = preload;
+    return mo;
+}
+
+void expect_resident_bits(const std::string &path, uint32_t chunk) {
+    auto resident = Model::load(path, {.n_threads = 2, .backend = Backend::Cuda});
+    const model::HParams hp = resident->hparams();
+    const int steps = 64;
+    const Trace want = run(*resident, chunk, steps, nullptr);
+    const uint64_t floor = hp.n_expert_used, total = uint64_t(hp.n_layer) * hp.n_expert;
+    std::vector<uint64_t> device = {floor, floor + 1, 2 * floor, hp.n_expert, total / 2, total};
+    std::sort(device.begin(), device.end());
+    device.erase(std::unique(device.begin(), device.end()), device.end());
+    for (uint64_t d : device)
+        for (uint64_t h : {std::min(total, 2 * floor), total})
+            for (bool preload : {false, true}) {
+                SCOPED_TRACE(testing::Message()
+                             << path << ", chunk " << chunk << ", device tier " << d
+                             << ", host tier " << h << (preload ? ", preloaded" : ", cold"));
+                auto m = Model::load(path, streamed(d, h, preload));
+                const Trace got = run(*m, chunk, steps, &want.decoded);
+                ASSERT_EQ(got.logits.size(), want.logits.size());
+                for (size_t i = 0; i < want.logits.size(); ++i)
+                    ASSERT_EQ(got.logits[i], want.logits[i]) << "evaluation " << i;
+                const auto st = m->device()->tier_stats();
+                ASSERT_TRUE(st.has_value());
+                EXPECT_EQ(st->slots, std::min(d, total));
+                EXPECT_EQ(st->hits + st->misses, st->acquires);
+                EXPECT_GT(st->misses, 0u);  // the tier starts empty
+                if (d == total) {
+                    EXPECT_LE(st->misses, total) << "each expert uploaded once";
+                }
+            }
+}
+
+TEST(CudaStreaming, EveryDeviceBudgetGivesTheResidentBitsInChunks) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    expect_resident_bits(ds4::test::tiny_model(model::QuantMix::Q2, 7), 16);
+    expect_resident_bits(model_32_experts(), 16);
+}
+
+TEST(CudaStreaming, EveryDeviceBudgetGivesTheResidentBitsTokenByToken) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    expect_resident_bits(model_32_experts(), 1);
+}
+
+// The q4 mix's routed experts (Q4_K) go through the same slots.
+TEST(CudaStreaming, Q4KExpertsGiveTheResidentBits) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    expect_resident_bits(ds4::test::tiny_model(model::QuantMix::Q4, 7), 16);
+}
+
+// Formats the routed kernels do not read through an expert table are refused with the reason.
+TEST(CudaStreaming, DenseExpertFormatsAreRefused) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    try {
+        (void)Model::load(ds4::test::tiny_model(model::QuantMix::Q8_0, 7), streamed(4, 8, false));
+        FAIL() << "Q8_0 experts were streamed";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("IQ2_XXS, Q2_K or Q4_K"), std::string::npos)
+            << e.what();
+    }
+}
+
+// A device tier given as a size below the floor is refused by the upload, naming the floor.
+TEST(CudaStreaming, ASizeBelowTheFloorIsRefused) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    ModelOptions mo = streamed(0, 8, false);
+    mo.streaming.device_bytes = 1024;
+    try {
+        (void)Model::load(ds4::test::tiny_model(model::QuantMix::Q2, 7), mo);
+        FAIL() << "a 1 KiB device tier was accepted";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("below the floor of 2"), std::string::npos)
+            << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace ds4::cuda
