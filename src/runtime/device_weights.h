@@ -32,10 +32,11 @@ struct DeviceTierStats {
     uint64_t passes = 0, acquires = 0, hits = 0, misses = 0;
     uint64_t bytes_uploaded = 0;  // the misses' expert bytes, host tier to device
     uint64_t upload_wait_ns = 0;  // host time blocked on the misses' transfers
+    uint64_t preloaded = 0;       // experts uploaded at start (not counted as misses)
 };
 
 // "2048 slots (13.83 GiB), 11008 passes, 66048 experts: 61234 hits, 4814 misses, hit rate
-// 92.71%, 32.50 GiB uploaded, host blocked on transfers 1.234 s"
+// 92.71%, 32.50 GiB uploaded, host blocked on transfers 1.234 s, preloaded 2048"
 std::string device_tier_stats_text(const DeviceTierStats &s);
 
 // How upload_to_cuda streams the routed experts: from `host` (the host tier) into a device tier
@@ -46,6 +47,9 @@ struct DeviceStreaming {
     uint64_t slots = 0;
     double percent = 0;
     uint64_t bytes = 0;
+    // Uploaded to the device tier at start, most wanted first, as far as it has room (the host
+    // tier's own preload, so that these gets find their bytes in host memory).
+    std::vector<experts::ExpertKey> preload;
 };
 
 class DeviceWeights {

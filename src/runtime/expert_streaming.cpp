@@ -218,6 +218,7 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
     }
     const auto t0 = std::chrono::steady_clock::now();
     source_->preload(keys);
+    preloaded_ = keys;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const uint64_t n = source_->stats().preloaded;
     const double bytes = double(n) * double(st.expert_bytes);
@@ -272,9 +273,9 @@ std::string device_tier_stats_text(const DeviceTierStats &s) {
     const double wait_s = double(s.upload_wait_ns) / 1e9;
     return fmt::format(
         "{} slots ({}), {} passes, {} experts: {} hits, {} misses, hit rate {:.2f}%, {} uploaded, "
-        "host blocked on transfers {:.3f} s",
+        "host blocked on transfers {:.3f} s, preloaded {}",
         s.slots, size_text(double(s.slots * s.slot_bytes)), s.passes, s.acquires, s.hits, s.misses,
-        hit_rate, size_text(double(s.bytes_uploaded)), wait_s);
+        hit_rate, size_text(double(s.bytes_uploaded)), wait_s, s.preloaded);
 }
 
 }  // namespace ds4::runtime

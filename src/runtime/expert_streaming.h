@@ -71,6 +71,8 @@ class ExpertStreaming {
     // tool's prefix.
     const std::vector<std::string> &log() const { return log_; }
     uint64_t resident_bytes() const { return resident_bytes_; }  // the file minus its experts
+    // The experts preloaded at start, most wanted first (empty: none).
+    const std::vector<experts::ExpertKey> &preloaded() const { return preloaded_; }
     uint64_t routed_bytes() const { return routed_bytes_; }
     // Adds this run's selections to the loaded popularity and writes it to the popularity file.
     // Returns one line saying what was written, or why not; never throws.
@@ -81,6 +83,7 @@ class ExpertStreaming {
     std::vector<std::string> log_;
     std::string popularity_file_, identity_;
     std::vector<uint64_t> loaded_;  // the counts read at start (empty: none)
+    std::vector<experts::ExpertKey> preloaded_;
     uint32_t n_layer_ = 0, n_expert_ = 0;
     uint64_t resident_bytes_ = 0, routed_bytes_ = 0;
 };

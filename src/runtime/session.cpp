@@ -45,6 +45,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
         ds.slots = opts.streaming.device_experts;
         ds.percent = opts.streaming.device_percent;
         ds.bytes = opts.streaming.device_bytes;
+        if (m->streaming_) ds.preload = m->streaming_->preloaded();
         try {
             m->device_ = upload_to_cuda(m->hp_, m->weights_, opts.upload_progress,
                                         opts.streaming.enabled ? &ds : nullptr);

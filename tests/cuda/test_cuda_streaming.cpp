@@ -2,10 +2,10 @@
 // of slots fed by a host tier (the SSD-streaming cache) must give the resident CUDA run's logits
 // bit for bit, at every device budget from the floor (one token's experts of one layer) to every
 // expert, over a host tier that holds every expert and one that holds twice the floor (most gets
-// then read the disk), in prefill chunks (several rounds of experts a layer when the tier holds
-// fewer than a chunk selects) and token by token, then in decode steps. The oracle is the
-// resident CUDA backend, which test_cuda_model.cpp compares with the CPU; what this adds is that
-// moving the bytes through slots changes nothing.
+// then read the disk), cold and preloaded, in prefill chunks (several rounds of experts a layer
+// when the tier holds fewer than a chunk selects) and token by token, then in decode steps. The
+// oracle is the resident CUDA backend, which test_cuda_model.cpp compares with the CPU; what this
+// adds is that moving the bytes through slots changes nothing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -100,7 +100,12 @@ void expect_resident_bits(const std::string &path, uint32_t chunk) {
                 ASSERT_TRUE(st.has_value());
                 EXPECT_EQ(st->slots, std::min(d, total));
                 EXPECT_EQ(st->hits + st->misses, st->acquires);
-                EXPECT_GT(st->misses, 0u);  // the tier starts empty
+                // Cold, the tier starts empty; preloaded, with the host tier's preload (all of
+                // its slots, fewer than the 4096 cap here) as far as it has room.
+                EXPECT_EQ(st->preloaded, preload ? std::min({d, h, total}) : 0u);
+                if (!preload) {
+                    EXPECT_GT(st->misses, 0u);
+                }
                 if (d == total) {
                     EXPECT_LE(st->misses, total) << "each expert uploaded once";
                 }

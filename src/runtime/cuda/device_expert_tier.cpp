@@ -191,8 +191,6 @@ void DeviceExpertTier::upload(uint32_t il, uint32_t e, int32_t slot) {
                                  slot_base(slot) + p.plane_b, copy_);
         off += p.file_bytes;
     }
-    ++stats_.misses;
-    stats_.bytes_uploaded += layout_.file_bytes;
 }
 
 void DeviceExpertTier::push_tables(uint32_t il, cudaStream_t s) {
@@ -260,6 +258,8 @@ void DeviceExpertTier::acquire(uint32_t il, std::span<const uint32_t> experts, c
                 upload(il, e, slot);
                 filling = experts::ExpertCache::kNone;
                 point(il, e, slot);
+                ++stats_.misses;
+                stats_.bytes_uploaded += layout_.file_bytes;
             }
             wait_copied();
             host_.layer_done(il);
@@ -284,6 +284,49 @@ void DeviceExpertTier::release(cudaStream_t s) {
     unpin_pass();
     DS4_CUDA_CHECK(cudaEventRecord(released_, s));
     released_once_ = true;
+}
+
+uint64_t DeviceExpertTier::preload(std::span<const experts::ExpertKey> keys) {
+    if (pass_open_ || stats_.passes != 0)
+        throw Error("CUDA device tier: preload after the first pass");
+    std::vector<bool> touched(hp_.n_layer, false);
+    int32_t filling = experts::ExpertCache::kNone;
+    uint64_t n = 0;
+    auto end_layers = [&] {
+        for (uint32_t il = 0; il < hp_.n_layer; ++il)
+            if (touched[il]) host_.layer_done(il);
+    };
+    try {
+        for (const experts::ExpertKey &k : keys) {
+            if (k.layer >= hp_.n_layer || k.expert >= hp_.n_expert)
+                throw Error(fmt::format("CUDA device tier: no expert ({}, {}) to preload", k.layer,
+                                        k.expert));
+            if (cache_.slot_of(k.layer, k.expert) != experts::ExpertCache::kNone) continue;
+            const int32_t slot = cache_.victim();  // an empty slot first
+            if (slot == experts::ExpertCache::kNone || !cache_.empty(slot)) break;
+            cache_.assign(slot, k.layer, k.expert);
+            cache_.touch(slot, ++tick_);
+            touched[k.layer] = true;
+            filling = slot;
+            upload(k.layer, k.expert, slot);
+            filling = experts::ExpertCache::kNone;
+            point(k.layer, k.expert, slot);
+            ++n;
+        }
+        wait_copied();
+    } catch (...) {
+        if (filling != experts::ExpertCache::kNone) cache_.clear(filling);
+        cudaStreamSynchronize(copy_);
+        copy_pending_ = false;
+        end_layers();
+        throw;
+    }
+    end_layers();
+    // The first pass's kernels find the slots filled: its stream does not wait for the copy
+    // stream when every expert hits.
+    DS4_CUDA_CHECK(cudaStreamSynchronize(copy_));
+    stats_.preloaded += n;
+    return n;
 }
 
 void DeviceExpertTier::step_done() {

@@ -75,6 +75,10 @@ class DeviceExpertTier {
     void release(cudaStream_t s);
     // A forward step is over (the host tier's step; the hotness decays every 16 steps).
     void step_done();
+    // Fills empty slots with these experts, in order, until none is left; returns how many were
+    // uploaded. Before the first pass (throws otherwise), and as acquire on the host tier's
+    // errors.
+    uint64_t preload(std::span<const experts::ExpertKey> keys);
 
     uint32_t n_slots() const { return cache_.n_slots(); }
     const Layout &layout() const { return layout_; }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -248,6 +249,16 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
                       : fmt::format("CUDA device tier budget: {} experts", slots));
         tier_ = std::make_unique<DeviceExpertTier>(hp, w, *streaming->host, slots);
         for (const std::string &line : tier_->log()) tier_log_.push_back(line);
+        if (!streaming->preload.empty()) {
+            const auto t0 = std::chrono::steady_clock::now();
+            const uint64_t n = tier_->preload(streaming->preload);
+            const double s =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            tier_log_.push_back(
+                fmt::format("CUDA device tier: preloaded {} experts ({:.2f} GiB) of the host "
+                            "tier's in {:.2f} s",
+                            n, double(n * layout.file_bytes) / kGiB, s));
+        }
         for (uint32_t il = 0; il < hp.n_layer; ++il) {
             const model::LayerWeights &L = w.layers[il];
             const model::Tensor parts[3] = {L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps};
