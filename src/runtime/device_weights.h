@@ -35,13 +35,13 @@ struct DeviceTierStats {
     uint64_t preloaded = 0;       // experts uploaded at start (not counted as misses)
 };
 
-// "2048 slots (13.83 GiB), 11008 passes, 66048 experts: 61234 hits, 4814 misses, hit rate
+// "2048 slots (13.50 GiB), 11008 passes, 66048 experts: 61234 hits, 4814 misses, hit rate
 // 92.71%, 32.50 GiB uploaded, host blocked on transfers 1.234 s, preloaded 2048"
 std::string device_tier_stats_text(const DeviceTierStats &s);
 
 // How upload_to_cuda streams the routed experts: from `host` (the host tier) into a device tier
 // of `slots` experts, or `percent` of the routed experts, or `bytes` of device memory; all three
-// 0: auto (the device memory free after the other weights, minus a margin).
+// 0: auto (the device memory free after the other weights, minus a reserve for sessions).
 struct DeviceStreaming {
     experts::ExpertSource *host = nullptr;
     uint64_t slots = 0;
@@ -64,6 +64,8 @@ class DeviceWeights {
     // Streaming: the device tier's start-up lines and its statistics (none when resident).
     virtual std::vector<std::string> tier_log() const { return {}; }
     virtual std::optional<DeviceTierStats> tier_stats() const { return std::nullopt; }
+    // The device tier's selections per (layer, expert) (empty when resident).
+    virtual std::vector<uint64_t> tier_selection_counts() const { return {}; }
 };
 
 // The model file is good but its backend could not start: no CUDA backend in this build, no

@@ -229,10 +229,12 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
 
 ExpertStreaming::~ExpertStreaming() = default;
 
-std::string ExpertStreaming::save_popularity() {
+std::string ExpertStreaming::save_popularity(std::span<const uint64_t> run_counts) {
     if (popularity_file_.empty()) return "SSD streaming: popularity not saved (no cache folder)";
     try {
-        std::vector<uint64_t> counts = source_->selection_counts();
+        std::vector<uint64_t> counts =
+            run_counts.empty() ? source_->selection_counts()
+                               : std::vector<uint64_t>(run_counts.begin(), run_counts.end());
         uint64_t selected = 0;
         for (size_t i = 0; i < counts.size(); ++i) {
             selected += counts[i];

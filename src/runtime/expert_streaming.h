@@ -11,6 +11,7 @@
 // contents, and the routed tensors are used only for their offsets and sizes.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,9 +75,11 @@ class ExpertStreaming {
     // The experts preloaded at start, most wanted first (empty: none).
     const std::vector<experts::ExpertKey> &preloaded() const { return preloaded_; }
     uint64_t routed_bytes() const { return routed_bytes_; }
-    // Adds this run's selections to the loaded popularity and writes it to the popularity file.
-    // Returns one line saying what was written, or why not; never throws.
-    std::string save_popularity();
+    // Adds this run's selections (`run_counts`, layer * n_expert + expert; empty: the cache's
+    // own, which on CUDA sees only the device tier's misses) to the loaded popularity and writes
+    // it to the popularity file. Returns one line saying what was written, or why not; never
+    // throws.
+    std::string save_popularity(std::span<const uint64_t> run_counts = {});
 
   private:
     std::unique_ptr<experts::StreamingSource> source_;

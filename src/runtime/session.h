@@ -41,7 +41,8 @@ class Model {
     // With opts.streaming.enabled the routed experts come from an SSD-streaming cache (their
     // bytes are never read through the mapping); ds4::Error for a budget below the floor. On the
     // CUDA backend the cache is the host tier of a device tier (device_weights.h); a device
-    // tier below its floor is BackendUnavailable, as any failure of the upload.
+    // tier given as a count below its floor is ds4::Error, one given as a share or size that
+    // comes out below it is BackendUnavailable, as any failure of the upload.
     static std::unique_ptr<Model> load(const std::string &path, const ModelOptions &opts = {});
 
     const gguf::File &file() const { return *file_; }

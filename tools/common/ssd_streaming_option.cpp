@@ -181,7 +181,8 @@ void add_ssd_streaming_options(CLI::App &app, SsdStreamingFlags &f) {
                        "SSD streaming cache (CUDA: the device tier): N experts, N% of the routed "
                        "experts, NGB or NMB (GiB, MiB), or auto (the default; CPU: MemAvailable "
                        "minus the resident weights minus a margin of a tenth, at least 1 GiB; "
-                       "CUDA: the device memory free after the other weights minus 2 GiB); "
+                       "CUDA: the device memory free after the other weights minus 4 GiB and "
+                       "5% of the device, for sessions); "
                        "below the floor (one token's experts of one layer) the load is refused")
             ->check(budget_validator("--ssd-streaming-cache-experts"));
     f.host_budget_opt =
@@ -225,7 +226,9 @@ void finish_ssd_streaming(const std::string &tool, runtime::Model &model) {
                    runtime::device_tier_stats_text(*tier));
     fmt::print(stderr, "{}: SSD streaming {}stats: {}\n", tool, d ? "host tier " : "",
                runtime::streaming_stats_text(s->source().stats()));
-    fmt::print(stderr, "{}: {}\n", tool, s->save_popularity());
+    // With a device tier, the run's routing is its selections (the host tier sees its misses).
+    const std::vector<uint64_t> counts = d ? d->tier_selection_counts() : std::vector<uint64_t>{};
+    fmt::print(stderr, "{}: {}\n", tool, s->save_popularity(counts));
 }
 
 SsdStreamingAtExit::~SsdStreamingAtExit() {

@@ -4,7 +4,8 @@
 //   --ssd-streaming                       stream the routed experts from the model file
 //   --ssd-streaming-cache-experts B       the cache (CUDA: the device tier): N experts, N% of
 //                                         them, NGB / NMB, or auto (the default: MemAvailable -
-//                                         resident - a margin; CUDA: free device memory - 2 GiB)
+//                                         resident - a margin; CUDA: free device memory - 4 GiB
+//                                         - 5% of the device)
 //   --ssd-streaming-host-cache B          CUDA: the host tier feeding the device tier (auto as
 //                                         the CPU cache's)
 //   --ssd-streaming-cold                  no preload at start

@@ -1278,7 +1278,10 @@ void CudaOps::moe_routed_rounds(uint32_t il, const float *XN, const float *logit
                                         int(hp.n_expert), K, int(m)};
         tier.acquire(il, rounds[r].experts, s_);
         const TierPass pass(tier, s_);
-        const double share = double(rounds[r].experts.size()) / double(hp.n_expert);
+        // As the resident path counts: the bytes token-by-token products would read (K experts
+        // a token), this round's part of them.
+        const double share = double(K) / double(hp.n_expert) * double(m) *
+                             double(rounds[r].order.size()) / double(pairs);
         {
             const ProfileScope scope = weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share);
             const cuda::Q8_KActivation x = quantize_q8_k_batch(XN, m * E);

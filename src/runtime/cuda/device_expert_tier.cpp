@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/host_upload.h"
@@ -97,12 +98,17 @@ DeviceExpertTier::DeviceExpertTier(const model::HParams &hp, const model::ModelW
     DS4_CUDA_CHECK(
         cudaMemcpy(tables_.get(), mirror_.data(), tables_.bytes(), cudaMemcpyHostToDevice));
     const size_t layer_bytes = layer_table_entries_ * sizeof(const uint8_t *);
-    DS4_CUDA_CHECK(cudaMallocHost(&ring_, layer_bytes * kRing));
-    for (cudaEvent_t &e : ring_done_)
-        DS4_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
-    for (cudaEvent_t *e : {&copied_, &uploaded_, &released_})
-        DS4_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    try {
+        DS4_CUDA_CHECK(cudaMallocHost(&ring_, layer_bytes * kRing));
+        for (cudaEvent_t &e : ring_done_)
+            DS4_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        DS4_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+        for (cudaEvent_t *e : {&copied_, &uploaded_, &released_})
+            DS4_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    } catch (...) {
+        free_handles();  // no destructor runs for a constructor that throws
+        throw;
+    }
 
     const uint64_t n_total = uint64_t(hp.n_layer) * hp.n_expert;
     stats_.slots = n;
@@ -137,12 +143,16 @@ DeviceExpertTier::~DeviceExpertTier() {
     if (copy_) cudaStreamSynchronize(copy_);
     cudaDeviceSynchronize();
     if (registered_) cudaHostUnregister(registered_);
-    for (cudaEvent_t e : ring_done_)
-        if (e) cudaEventDestroy(e);
-    for (cudaEvent_t e : {copied_, uploaded_, released_})
-        if (e) cudaEventDestroy(e);
-    if (copy_) cudaStreamDestroy(copy_);
-    if (ring_) cudaFreeHost(ring_);
+    free_handles();
+}
+
+void DeviceExpertTier::free_handles() noexcept {
+    for (cudaEvent_t &e : ring_done_)
+        if (e) cudaEventDestroy(std::exchange(e, nullptr));
+    for (cudaEvent_t *e : {&copied_, &uploaded_, &released_})
+        if (*e) cudaEventDestroy(std::exchange(*e, nullptr));
+    if (copy_) cudaStreamDestroy(std::exchange(copy_, nullptr));
+    if (ring_) cudaFreeHost(std::exchange(ring_, nullptr));
 }
 
 cuda::ExpertTable DeviceExpertTier::table(uint32_t il, int part) const {
@@ -181,6 +191,12 @@ void DeviceExpertTier::upload(uint32_t il, uint32_t e, int32_t slot) {
     }
     DS4_CUDA_CHECK(cudaEventRecord(copied_, copy_));
     copy_pending_ = true;
+    // The transfer into the staging touched no slot; the repack into one waits for the kernels
+    // of the last pass.
+    if (copy_waits_release_) {
+        DS4_CUDA_CHECK(cudaStreamWaitEvent(copy_, released_, 0));
+        copy_waits_release_ = false;
+    }
     // The repack into the slot's planes reads the staging; the next miss's transfer into it
     // comes after on the same stream.
     off = 0;
@@ -222,30 +238,30 @@ void DeviceExpertTier::acquire(uint32_t il, std::span<const uint32_t> experts, c
         if (experts[i] >= hp_.n_expert || (i > 0 && experts[i] <= experts[i - 1]))
             throw Error("CUDA device tier: a pass's experts must be distinct, increasing ids");
     pass_open_ = true;
-    ++stats_.passes;
-    stats_.acquires += experts.size();
-    // The pass's work on s comes after the last pass's kernels, whatever stream they ran on.
-    if (released_once_) DS4_CUDA_CHECK(cudaStreamWaitEvent(s, released_, 0));
     std::vector<uint32_t> misses;
-    for (uint32_t e : experts) {
-        cache_.select(il, e);
-        const int32_t slot = cache_.slot_of(il, e);
-        if (slot == experts::ExpertCache::kNone) {
-            misses.push_back(e);
-            continue;
+    int32_t filling = experts::ExpertCache::kNone;
+    uint64_t hits = 0;
+    try {
+        // The pass's work on s comes after the last pass's kernels, whatever stream they ran on.
+        if (released_once_) DS4_CUDA_CHECK(cudaStreamWaitEvent(s, released_, 0));
+        for (uint32_t e : experts) {
+            cache_.select(il, e);
+            const int32_t slot = cache_.slot_of(il, e);
+            if (slot == experts::ExpertCache::kNone) {
+                misses.push_back(e);
+                continue;
+            }
+            cache_.pin(slot);
+            cache_.touch(slot, ++tick_);
+            pass_slots_.push_back(slot);
+            point(il, e, slot);
+            ++hits;
         }
-        cache_.pin(slot);
-        cache_.touch(slot, ++tick_);
-        pass_slots_.push_back(slot);
-        point(il, e, slot);
-        ++stats_.hits;
-    }
-    if (!misses.empty()) {
-        int32_t filling = experts::ExpertCache::kNone;
-        try {
+        if (!misses.empty()) {
             host_.prefetch(il, misses);
-            // Slots are rewritten only after the kernels of the last pass are done.
-            if (released_once_) DS4_CUDA_CHECK(cudaStreamWaitEvent(copy_, released_, 0));
+            // Slots are rewritten only after the kernels of the last pass are done (upload
+            // makes the copy stream wait for that before its first repack).
+            copy_waits_release_ = released_once_;
             for (uint32_t e : misses) {
                 const int32_t slot = cache_.victim();
                 if (slot == experts::ExpertCache::kNone)
@@ -258,46 +274,58 @@ void DeviceExpertTier::acquire(uint32_t il, std::span<const uint32_t> experts, c
                 upload(il, e, slot);
                 filling = experts::ExpertCache::kNone;
                 point(il, e, slot);
-                ++stats_.misses;
-                stats_.bytes_uploaded += layout_.file_bytes;
             }
             wait_copied();
             host_.layer_done(il);
-        } catch (...) {
-            // Nothing half-filled stays named, nothing stays pinned, no transfer still reads the
-            // host tier's bytes.
-            if (filling != experts::ExpertCache::kNone) cache_.clear(filling);
-            cudaStreamSynchronize(copy_);
-            copy_pending_ = false;
-            host_.layer_done(il);
-            unpin_pass();
-            throw;
+            DS4_CUDA_CHECK(cudaEventRecord(uploaded_, copy_));
+            DS4_CUDA_CHECK(cudaStreamWaitEvent(s, uploaded_, 0));
         }
-        DS4_CUDA_CHECK(cudaEventRecord(uploaded_, copy_));
-        DS4_CUDA_CHECK(cudaStreamWaitEvent(s, uploaded_, 0));
+        push_tables(il, s);
+    } catch (...) {
+        // Nothing half-filled stays named, nothing stays pinned, no transfer still reads the
+        // host tier's bytes, and the pass is closed.
+        if (filling != experts::ExpertCache::kNone) cache_.clear(filling);
+        cudaStreamSynchronize(copy_);
+        copy_pending_ = false;
+        copy_waits_release_ = false;
+        if (!misses.empty()) host_.layer_done(il);
+        unpin_pass();
+        throw;
     }
-    push_tables(il, s);
+    ++stats_.passes;
+    stats_.acquires += experts.size();
+    stats_.hits += hits;
+    stats_.misses += misses.size();
+    stats_.bytes_uploaded += misses.size() * layout_.file_bytes;
 }
 
 void DeviceExpertTier::release(cudaStream_t s) {
     if (!pass_open_) return;
+    const cudaError_t e = cudaEventRecord(released_, s);
+    if (e == cudaSuccess) {
+        released_once_ = true;
+    } else {
+        // released_ still marks an older pass: nothing may read this pass's slots once they are
+        // unpinned, so wait for everything before giving them up.
+        (void)cudaGetLastError();
+        cudaDeviceSynchronize();
+    }
     unpin_pass();
-    DS4_CUDA_CHECK(cudaEventRecord(released_, s));
-    released_once_ = true;
+    DS4_CUDA_CHECK(e);
 }
 
 uint64_t DeviceExpertTier::preload(std::span<const experts::ExpertKey> keys) {
     if (pass_open_ || stats_.passes != 0)
         throw Error("CUDA device tier: preload after the first pass");
-    std::vector<bool> touched(hp_.n_layer, false);
     int32_t filling = experts::ExpertCache::kNone;
+    uint32_t layer = 0;
     uint64_t n = 0;
-    auto end_layers = [&] {
-        for (uint32_t il = 0; il < hp_.n_layer; ++il)
-            if (touched[il]) host_.layer_done(il);
-    };
+    // The most wanted expert gets the latest use, so that the first evictions take the least
+    // wanted (as the host tier's preload).
+    const uint64_t base = tick_;
     try {
-        for (const experts::ExpertKey &k : keys) {
+        for (size_t i = 0; i < keys.size(); ++i) {
+            const experts::ExpertKey &k = keys[i];
             if (k.layer >= hp_.n_layer || k.expert >= hp_.n_expert)
                 throw Error(fmt::format("CUDA device tier: no expert ({}, {}) to preload", k.layer,
                                         k.expert));
@@ -305,23 +333,27 @@ uint64_t DeviceExpertTier::preload(std::span<const experts::ExpertKey> keys) {
             const int32_t slot = cache_.victim();  // an empty slot first
             if (slot == experts::ExpertCache::kNone || !cache_.empty(slot)) break;
             cache_.assign(slot, k.layer, k.expert);
-            cache_.touch(slot, ++tick_);
-            touched[k.layer] = true;
+            cache_.touch(slot, base + keys.size() - i);
             filling = slot;
+            layer = k.layer;
             upload(k.layer, k.expert, slot);
+            // The host tier's slot is given back at once: its bytes are on the device.
+            wait_copied();
+            host_.layer_done(k.layer);
             filling = experts::ExpertCache::kNone;
             point(k.layer, k.expert, slot);
             ++n;
         }
-        wait_copied();
     } catch (...) {
-        if (filling != experts::ExpertCache::kNone) cache_.clear(filling);
-        cudaStreamSynchronize(copy_);
-        copy_pending_ = false;
-        end_layers();
+        if (filling != experts::ExpertCache::kNone) {
+            cache_.clear(filling);
+            cudaStreamSynchronize(copy_);
+            copy_pending_ = false;
+            host_.layer_done(layer);
+        }
         throw;
     }
-    end_layers();
+    tick_ = base + keys.size() + 1;
     // The first pass's kernels find the slots filled: its stream does not wait for the copy
     // stream when every expert hits.
     DS4_CUDA_CHECK(cudaStreamSynchronize(copy_));

@@ -83,6 +83,9 @@ class DeviceExpertTier {
     uint32_t n_slots() const { return cache_.n_slots(); }
     const Layout &layout() const { return layout_; }
     DeviceTierStats stats() const;
+    // The passes' selections per (layer, expert), index layer * n_expert + expert (the routing
+    // popularity of the run: the host tier sees only the device tier's misses).
+    const std::vector<uint64_t> &selection_counts() const { return cache_.selection_counts(); }
     const std::vector<std::string> &log() const { return log_; }
 
   private:
@@ -96,6 +99,8 @@ class DeviceExpertTier {
     void upload(uint32_t il, uint32_t e, int32_t slot);
     void push_tables(uint32_t il, cudaStream_t s);
     void unpin_pass();
+    // The ring, the copy stream and the events, where created.
+    void free_handles() noexcept;
 
     const model::HParams &hp_;
     experts::ExpertSource &host_;
@@ -117,6 +122,7 @@ class DeviceExpertTier {
     cudaStream_t copy_ = nullptr;
     cudaEvent_t copied_ = nullptr, uploaded_ = nullptr, released_ = nullptr;
     bool copy_pending_ = false, released_once_ = false, pass_open_ = false;
+    bool copy_waits_release_ = false;  // the pass's first repack still has to wait
     std::vector<int32_t> pass_slots_;
     void *registered_ = nullptr;  // the pinned host tier, unregistered at the end
     uint64_t tick_ = 0, steps_ = 0;

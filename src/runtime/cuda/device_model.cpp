@@ -222,8 +222,13 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
         size_t free_now = 0;
         DS4_CUDA_CHECK(cudaMemGetInfo(&free_now, &total_bytes));
         const uint64_t room = free_now > margin ? free_now - margin : 0;
+        // auto keeps more for sessions than the floor of `margin`: one session at the default
+        // chunk (1024) and a 32K context takes ~2 GiB (its batch arena, attention scratch and
+        // state), and the server holds one per slot.
+        const uint64_t reserve = (uint64_t(4) << 30) + total_bytes / 20;
+        const uint64_t auto_room = free_now > reserve ? free_now - reserve : 0;
         const uint64_t slots =
-            std::min(n_total, tier_slots(*streaming, n_total, layout.slot_bytes, room));
+            std::min(n_total, tier_slots(*streaming, n_total, layout.slot_bytes, auto_room));
         const bool automatic =
             streaming->slots == 0 && streaming->percent <= 0 && streaming->bytes == 0;
         if (slots < hp.n_expert_used)
@@ -231,9 +236,9 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
                 "CUDA expert streaming: a device tier of {} experts is below the floor of {} (one "
                 "token's experts of one layer, {:.2f} MiB each){}",
                 slots, hp.n_expert_used, layout.slot_bytes / (1024.0 * 1024.0),
-                automatic ? fmt::format(": {:.2f} GiB free after the other weights, {:.0f} GiB "
+                automatic ? fmt::format(": {:.2f} GiB free after the other weights, {:.2f} GiB "
                                         "kept for sessions",
-                                        free_now / kGiB, margin / kGiB)
+                                        free_now / kGiB, reserve / kGiB)
                           : std::string()));
         if (slots * layout.slot_bytes > room)
             throw Error(fmt::format(
@@ -244,8 +249,8 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
                 margin / kGiB));
         tier_log_.push_back(
             automatic ? fmt::format("CUDA device tier budget auto: {:.2f} GiB free after the other "
-                                    "weights - {:.0f} GiB for sessions",
-                                    free_now / kGiB, margin / kGiB)
+                                    "weights - {:.2f} GiB for sessions (4 GiB + 5% of the device)",
+                                    free_now / kGiB, reserve / kGiB)
                       : fmt::format("CUDA device tier budget: {} experts", slots));
         tier_ = std::make_unique<DeviceExpertTier>(hp, w, *streaming->host, slots);
         for (const std::string &line : tier_->log()) tier_log_.push_back(line);
@@ -289,6 +294,10 @@ std::vector<std::string> DeviceModel::tier_log() const {
 std::optional<DeviceTierStats> DeviceModel::tier_stats() const {
     if (!tier_) return std::nullopt;
     return tier_->stats();
+}
+
+std::vector<uint64_t> DeviceModel::tier_selection_counts() const {
+    return tier_ ? tier_->selection_counts() : std::vector<uint64_t>{};
 }
 
 std::pair<size_t, size_t> DeviceModel::float_matmul_scratch_bytes(int64_t m) const {

@@ -49,6 +49,7 @@ class DeviceModel final : public DeviceWeights {
     std::string device_name() const override { return device_name_; }
     std::vector<std::string> tier_log() const override;
     std::optional<DeviceTierStats> tier_stats() const override;
+    std::vector<uint64_t> tier_selection_counts() const override;
     // The device tier of the streamed routed experts, or null when they are resident.
     DeviceExpertTier *expert_tier() const { return tier_.get(); }
 
