@@ -29,17 +29,11 @@ using runtime::Session;
 const std::string &model_32_experts() {
     static std::string path;
     if (path.empty()) {
-        gguf::Writer w;
-        std::vector<std::string> tokens;
-        for (int i = 0; i < 512; ++i) tokens.push_back("tok" + std::to_string(i * 7));
-        w.set("tokenizer.ggml.tokens", gguf::Value::array_of_strings(tokens));
-        const auto bytes = w.to_bytes();
-        auto vocab = gguf::File::from_memory(bytes.data(), bytes.size());
         model::HParams hp = model::shape_preset("tiny", 512);
         hp.n_expert = 32;
         hp.n_expert_used = 4;
         path = ::testing::TempDir() + "/cuda-stream-tiny-q2-32.gguf";
-        model::write_synthetic_model(hp, model::QuantMix::Q2, 13, *vocab, path, false);
+        ds4::test::write_made_up_model(hp, model::QuantMix::Q2, 13, path);
     }
     return path;
 }

@@ -16,20 +16,26 @@
 
 namespace ds4::test {
 
+// Writes a synthetic model of shape `hp` (n_vocab 512) with the made-up 512-token vocabulary.
+inline void write_made_up_model(const model::HParams &hp, model::QuantMix mix, uint64_t seed,
+                                const std::string &path) {
+    gguf::Writer w;
+    std::vector<std::string> tokens;
+    for (int i = 0; i < 512; ++i) tokens.push_back("tok" + std::to_string(i * 7));
+    w.set("tokenizer.ggml.tokens", gguf::Value::array_of_strings(tokens));
+    const auto bytes = w.to_bytes();
+    auto vocab = gguf::File::from_memory(bytes.data(), bytes.size());
+    model::write_synthetic_model(hp, mix, seed, *vocab, path, false);
+}
+
 // The tiny synthetic model of `mix` and `seed` (written once per process).
 inline const std::string &tiny_model(model::QuantMix mix, uint64_t seed) {
     static std::map<std::pair<model::QuantMix, uint64_t>, std::string> paths;
     auto &path = paths[{mix, seed}];
     if (path.empty()) {
-        gguf::Writer w;
-        std::vector<std::string> tokens;
-        for (int i = 0; i < 512; ++i) tokens.push_back("tok" + std::to_string(i * 7));
-        w.set("tokenizer.ggml.tokens", gguf::Value::array_of_strings(tokens));
-        const auto bytes = w.to_bytes();
-        auto vocab = gguf::File::from_memory(bytes.data(), bytes.size());
         const std::string p = ::testing::TempDir() + "/session-tiny-" + model::quant_mix_name(mix) +
                               "-" + std::to_string(seed) + ".gguf";
-        model::write_synthetic_model(model::shape_preset("tiny", 512), mix, seed, *vocab, p, false);
+        write_made_up_model(model::shape_preset("tiny", 512), mix, seed, p);
         path = p;
     }
     return path;

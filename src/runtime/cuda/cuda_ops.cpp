@@ -1172,18 +1172,28 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
     }
 }
 
+void CudaOps::grouped_product(const DeviceMatrix &w, const cuda::ExpertGroups &groups,
+                              const cuda::Q8_KActivation &x, float *y) {
+    if (w.iq2_xxs)
+        cuda::matmul_iq2_xxs_grouped(w.iq2_xxs->experts(), groups, x, y, s_);
+    else if (w.q2_k)
+        cuda::matmul_q2_K_grouped(w.q2_k->experts(), groups, x, y, s_);
+    else
+        cuda::matmul_q4_K_grouped(w.q4_k->experts(), groups, x, y, s_);
+}
+
 void CudaOps::moe_routed_grouped(uint32_t il, const float *XN, const float *logits, int64_t m,
                                  float *slot_out) {
+    if (m_.expert_tier()) {
+        moe_routed_rounds(il, XN, logits, m, slot_out);
+        return;
+    }
     const model::HParams &hp = hp_;
     const model::LayerWeights &L = m_.weights().layers[il];
     const int K = int(hp.n_expert_used);
     const int64_t E = hp.n_embd, F = hp.n_ff_exp, pairs = m * K;
     const DeviceMatrix &gate = m_.matrix(L.ffn_gate_exps), &up = m_.matrix(L.ffn_up_exps),
                        &down = m_.matrix(L.ffn_down_exps);
-    if (m_.expert_tier()) {
-        moe_routed_rounds(il, XN, logits, m, slot_out);
-        return;
-    }
     int32_t *ids = expert_ids_.as<int32_t>();
     float *weights = expert_w_.as<float>();
     {
@@ -1195,12 +1205,7 @@ void CudaOps::moe_routed_grouped(uint32_t il, const float *XN, const float *logi
     cuda::ExpertGroups groups{expert_offsets_.as<int32_t>(), expert_order_.as<int32_t>(),
                               int(hp.n_expert), K, int(m)};
     auto grouped = [&](const DeviceMatrix &w, const cuda::Q8_KActivation &x, float *y) {
-        if (w.iq2_xxs)
-            cuda::matmul_iq2_xxs_grouped(w.iq2_xxs->experts(), groups, x, y, s_);
-        else if (w.q2_k)
-            cuda::matmul_q2_K_grouped(w.q2_k->experts(), groups, x, y, s_);
-        else
-            cuda::matmul_q4_K_grouped(w.q4_k->experts(), groups, x, y, s_);
+        grouped_product(w, groups, x, y);
     };
     // The profile's bytes are those the token-by-token products would read (K experts a token);
     // grouped, each selected expert's weights are read once per 8 of its pairs.
@@ -1258,15 +1263,6 @@ void CudaOps::moe_routed_rounds(uint32_t il, const float *XN, const float *logit
     }
     DS4_CUDA_CHECK(cudaMemcpyAsync(rounds_.get(), rounds_host_, used * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, s_));
-    auto grouped = [&](const DeviceMatrix &w, const cuda::ExpertGroups &groups,
-                       const cuda::Q8_KActivation &x, float *y) {
-        if (w.iq2_xxs)
-            cuda::matmul_iq2_xxs_grouped(w.iq2_xxs->experts(), groups, x, y, s_);
-        else if (w.q2_k)
-            cuda::matmul_q2_K_grouped(w.q2_k->experts(), groups, x, y, s_);
-        else
-            cuda::matmul_q4_K_grouped(w.q4_k->experts(), groups, x, y, s_);
-    };
     if (up.type != gate.type) throw Error("CUDA backend: routed gate and up of two formats");
     // Each round is the resident path's sequence over all pairs but with only the round's
     // groups filled: every pair of the round gets its bits; the SwiGLU and the down input's
@@ -1285,8 +1281,8 @@ void CudaOps::moe_routed_rounds(uint32_t il, const float *XN, const float *logit
         {
             const ProfileScope scope = weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share);
             const cuda::Q8_KActivation x = quantize_q8_k_batch(XN, m * E);
-            grouped(gate, groups, x, gate_.as<float>());
-            grouped(up, groups, x, up_.as<float>());
+            grouped_product(gate, groups, x, gate_.as<float>());
+            grouped_product(up, groups, x, up_.as<float>());
         }
         {
             const ProfileScope scope(profile_, s_, "moe swiglu");
@@ -1296,7 +1292,8 @@ void CudaOps::moe_routed_rounds(uint32_t il, const float *XN, const float *logit
         const ProfileScope scope = weight_scope("moe down", L.ffn_down_exps, share);
         cuda::ExpertGroups down_groups = groups;
         down_groups.x_div = 1;  // each pair's own SwiGLU row
-        grouped(down, down_groups, quantize_q8_k_batch(gate_.as<float>(), pairs * F), slot_out);
+        grouped_product(down, down_groups, quantize_q8_k_batch(gate_.as<float>(), pairs * F),
+                        slot_out);
     }
 }
 

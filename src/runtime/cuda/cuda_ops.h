@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/expert_groups.h"
 #include "backend/cuda/float_matvec.h"
 #include "backend/cuda/moe_ops.h"
 #include "backend/cuda/q8_k_quantize.h"
@@ -161,6 +162,9 @@ class CudaOps final : public Ops {
     // expert on the device, each expert's weights read once per tile of its pairs.
     void moe_routed_grouped(uint32_t il, const float *XN, const float *logits, int64_t m,
                             float *slot_out);
+    // A routed tensor's product over the grouped pairs (IQ2_XXS, Q2_K or Q4_K weights).
+    void grouped_product(const DeviceMatrix &w, const cuda::ExpertGroups &groups,
+                         const cuda::Q8_KActivation &x, float *y);
     // Streaming (DeviceModel::expert_tier): the n expert ids at `ids` (device) read by the host
     // (which waits for s_), and the layer's distinct experts acquired in the device tier.
     void acquire_selected(uint32_t il, const int32_t *ids, int64_t n);
