@@ -31,8 +31,11 @@ def test_streaming_server_answers_as_the_resident_one(tool, server, tmp_path):
     assert "SSD streaming stats:" in s.log(), s.log()
 
 
-def test_streaming_is_refused_below_the_floor_and_with_cuda(tool):
-    for extra in (["--ssd-streaming-cache-experts", "1"], ["--cuda"]):
+def test_streaming_budgets_below_the_floor_are_refused(tool):
+    # The cache, the CUDA device tier given as a count (checked before any device is asked, so
+    # on any machine), and the host tier flag without --cuda.
+    for extra in (["--ssd-streaming-cache-experts", "1"], ["--cuda", "--ssd-streaming-cache-experts", "1"],
+                  ["--ssd-streaming-host-cache", "8"]):
         r = subprocess.run([tool("ds4-server"), "-m", MODEL, "--port", "0", "--ssd-streaming", *extra],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 2, (extra, r.stderr)
