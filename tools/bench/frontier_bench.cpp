@@ -30,7 +30,7 @@ int32_t greedy_except(const std::vector<float> &logits, int32_t excluded) {
     return best;
 }
 
-// The accounting between two readings of a source's statistics.
+// The device tier's accounting between two readings (slots and slot size as of the later).
 runtime::DeviceTierStats tier_since(const runtime::DeviceTierStats &a,
                                     const runtime::DeviceTierStats &b) {
     runtime::DeviceTierStats d = b;
@@ -49,6 +49,7 @@ runtime::DeviceTierStats tier_now(runtime::Model &model) {
     return d ? d->tier_stats().value_or(runtime::DeviceTierStats{}) : runtime::DeviceTierStats{};
 }
 
+// The accounting between two readings of a source's statistics.
 experts::ExpertStats stats_since(const experts::ExpertStats &a, const experts::ExpertStats &b) {
     experts::ExpertStats d = b;
     d.gets = b.gets - a.gets;

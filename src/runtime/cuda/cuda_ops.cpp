@@ -1068,16 +1068,20 @@ class TierPass {
 
 }  // namespace
 
-void CudaOps::acquire_selected(uint32_t il, const int32_t *ids, int64_t n) {
+std::span<const int32_t> CudaOps::read_ids(const int32_t *ids, int64_t n) {
     DS4_CUDA_CHECK(
         cudaMemcpyAsync(ids_host_, ids, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, s_));
     DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
+    return {ids_host_, size_t(n)};
+}
+
+void CudaOps::acquire_selected(uint32_t il, const int32_t *ids, int64_t n) {
     std::vector<uint32_t> experts;
-    for (int64_t i = 0; i < n; ++i) {
-        if (ids_host_[i] < 0 || uint32_t(ids_host_[i]) >= hp_.n_expert)
-            throw Error(fmt::format("CUDA backend: the router of layer {} chose expert {}", il,
-                                    ids_host_[i]));
-        experts.push_back(uint32_t(ids_host_[i]));
+    for (const int32_t id : read_ids(ids, n)) {
+        if (id < 0 || uint32_t(id) >= hp_.n_expert)
+            throw Error(
+                fmt::format("CUDA backend: the router of layer {} chose expert {}", il, id));
+        experts.push_back(uint32_t(id));
     }
     std::sort(experts.begin(), experts.end());
     experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
@@ -1130,7 +1134,6 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
         }
         // K of the layer's experts: K / n_expert of each tensor's bytes.
         const double share = double(K) / double(hp.n_expert);
-        scope.reset();
         scope.emplace(weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share));
         // The same activation in the same format: quantized once, for both (float experts
         // read x itself); IQ2_XXS and Q4_K pairs of one shape in one launch.
@@ -1204,9 +1207,6 @@ void CudaOps::moe_routed_grouped(uint32_t il, const float *XN, const float *logi
     }
     cuda::ExpertGroups groups{expert_offsets_.as<int32_t>(), expert_order_.as<int32_t>(),
                               int(hp.n_expert), K, int(m)};
-    auto grouped = [&](const DeviceMatrix &w, const cuda::Q8_KActivation &x, float *y) {
-        grouped_product(w, groups, x, y);
-    };
     // The profile's bytes are those the token-by-token products would read (K experts a token);
     // grouped, each selected expert's weights are read once per 8 of its pairs.
     const double share = double(K) / double(hp.n_expert);
@@ -1214,9 +1214,9 @@ void CudaOps::moe_routed_grouped(uint32_t il, const float *XN, const float *logi
         const ProfileScope scope = weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share * m);
         // One quantization of every token's input for both products (as moe_routed_cpu).
         const cuda::Q8_KActivation x = quantize_q8_k_batch(XN, m * E);
-        grouped(gate, x, gate_.as<float>());
+        grouped_product(gate, groups, x, gate_.as<float>());
         if (up.type != gate.type) throw Error("CUDA backend: routed gate and up of two formats");
-        grouped(up, x, up_.as<float>());
+        grouped_product(up, groups, x, up_.as<float>());
     }
     {
         const ProfileScope scope(profile_, s_, "moe swiglu");
@@ -1225,7 +1225,7 @@ void CudaOps::moe_routed_grouped(uint32_t il, const float *XN, const float *logi
     }
     const ProfileScope scope = weight_scope("moe down", L.ffn_down_exps, share * m);
     groups.x_div = 1;  // each pair's own SwiGLU row
-    grouped(down, quantize_q8_k_batch(gate_.as<float>(), pairs * F), slot_out);
+    grouped_product(down, groups, quantize_q8_k_batch(gate_.as<float>(), pairs * F), slot_out);
 }
 
 void CudaOps::moe_routed_rounds(uint32_t il, const float *XN, const float *logits, int64_t m,
@@ -1245,11 +1245,8 @@ void CudaOps::moe_routed_rounds(uint32_t il, const float *XN, const float *logit
     }
     // The host reads the pairs' ids (waiting for s_, so the last call's copy of rounds_host_ is
     // done before it is rewritten) and groups them in rounds the tier holds.
-    DS4_CUDA_CHECK(cudaMemcpyAsync(ids_host_, ids, size_t(pairs) * sizeof(int32_t),
-                                   cudaMemcpyDeviceToHost, s_));
-    DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
-    const std::vector<experts::ExpertRound> rounds = experts::expert_rounds(
-        std::span<const int32_t>(ids_host_, size_t(pairs)), hp.n_expert, tier.n_slots());
+    const std::vector<experts::ExpertRound> rounds =
+        experts::expert_rounds(read_ids(ids, pairs), hp.n_expert, tier.n_slots());
     std::vector<size_t> at;  // each round's offsets, then its order, in rounds_host_
     size_t used = 0;
     for (const experts::ExpertRound &r : rounds) {

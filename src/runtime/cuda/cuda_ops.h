@@ -165,8 +165,10 @@ class CudaOps final : public Ops {
     // A routed tensor's product over the grouped pairs (IQ2_XXS, Q2_K or Q4_K weights).
     void grouped_product(const DeviceMatrix &w, const cuda::ExpertGroups &groups,
                          const cuda::Q8_KActivation &x, float *y);
-    // Streaming (DeviceModel::expert_tier): the n expert ids at `ids` (device) read by the host
-    // (which waits for s_), and the layer's distinct experts acquired in the device tier.
+    // Streaming (DeviceModel::expert_tier): the n expert ids at `ids` (device) copied to the
+    // host, which waits for s_ (valid until the next call).
+    std::span<const int32_t> read_ids(const int32_t *ids, int64_t n);
+    // The layer's distinct experts among those n ids acquired in the device tier.
     void acquire_selected(uint32_t il, const int32_t *ids, int64_t n);
     // moe_routed_grouped for streamed experts: the chunk's pairs in rounds of experts that fit
     // the device tier (experts/expert_rounds.h), each round's experts acquired, its pairs run
