@@ -4,20 +4,25 @@
 # the CUDA backend, then ds4-bench on the published Flash q2 layout (written to /dev/shm, as
 # device_round.sh does): resident, then streaming with the device tier capped at DEVICE (a 24 GB
 # card's 20GB by default) over the host tier `auto` gives, then over one of HOST (16GB: more read
-# from the file). A host tier of every expert (74 GiB) does not fit beside the 81 GiB file in the
+# from the file; -h "auto 16GB" is the default list of host tiers). A host tier of every expert (74 GiB) does not fit beside the 81 GiB file in the
 # box's 128 GiB when the file is in /dev/shm. The streamed runs must generate the resident run's tokens
 # (tokens_sha256); the dev_* and ssd_* columns give each tier's hit rate and bytes per token.
 # Note: the file sits in /dev/shm (the box's disk is smaller than the model), so "disk" reads
 # come from tmpfs, buffered (tmpfs refuses O_DIRECT; the tools print that notice).
-#   bench/cuda/streaming_round.sh [-n TOKENS] [-c CTX] [-d DEVICE] [-h HOST]
+# Each ds4-bench run is stopped after -T seconds (300 by default; exit 124 in the summary). -x
+# leaves out the tests and -r the resident run (a second call on a machine that ran them).
+#   bench/cuda/streaming_round.sh [-x] [-r] [-n TOKENS] [-c CTX] [-d DEVICE] [-h "HOST ..."] [-T SECONDS]
 set -uo pipefail
-gen=64 ctx=2048 device=20GB host=16GB
-while getopts n:c:d:h: o; do
+gen=64 ctx=2048 device=20GB hosts="auto 16GB" limit=300 tests=1 resident=1
+while getopts xrn:c:d:h:T: o; do
   case $o in
     n) gen=$OPTARG ;;
     c) ctx=$OPTARG ;;
     d) device=$OPTARG ;;
-    h) host=$OPTARG ;;
+    h) hosts=$OPTARG ;;
+    T) limit=$OPTARG ;;
+    x) tests=0 ;;
+    r) resident=0 ;;
     *) exit 2 ;;
   esac
 done
@@ -28,13 +33,15 @@ summary=$OUT/summary.txt
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-t0=$(date +%s)
-"$BIN/test_cuda" --gtest_filter='CudaStreaming.*:CudaExpertTable*:CudaHostUpload*' --gtest_brief=1 \
-  >"$OUT/test_cuda_streaming.log" 2>&1
-note "test_cuda streaming: rc $? in $(($(date +%s) - t0)) s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test_cuda_streaming.log" | tr '\n' ' ')"
-t0=$(date +%s)
-"$BIN/ds4-test" --ssd-streaming-cache-pressure --cuda -t 8 >"$OUT/cache_pressure.log" 2>&1
-note "ds4-test --ssd-streaming-cache-pressure --cuda: rc $? in $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cache_pressure.log")"
+if [ "$tests" = 1 ]; then
+  t0=$(date +%s)
+  "$BIN/test_cuda" --gtest_filter='CudaStreaming.*:CudaExpertTable*:CudaHostUpload*' --gtest_brief=1 \
+    >"$OUT/test_cuda_streaming.log" 2>&1
+  note "test_cuda streaming: rc $? in $(($(date +%s) - t0)) s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test_cuda_streaming.log" | tr '\n' ' ')"
+  t0=$(date +%s)
+  "$BIN/ds4-test" --ssd-streaming-cache-pressure --cuda -t 8 >"$OUT/cache_pressure.log" 2>&1
+  note "ds4-test --ssd-streaming-cache-pressure --cuda: rc $? in $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cache_pressure.log")"
+fi
 
 model=/dev/shm/ds4-flash-q2.gguf
 if [ ! -f "$model" ]; then
@@ -48,14 +55,14 @@ run() {  # name, extra flags...
   local name=$1
   shift
   t0=$(date +%s)
-  "$BIN/ds4-bench" "${common[@]}" "$@" --csv "$OUT/$name.csv" >"$OUT/$name.log" 2>&1
+  timeout "$limit" "$BIN/ds4-bench" "${common[@]}" "$@" --csv "$OUT/$name.csv" >"$OUT/$name.log" 2>&1
   note "$name: rc $? in $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/$name.csv" 2>/dev/null)"
   grep -E 'device tier|host tier|SSD streaming.*stats' "$OUT/$name.log" | tee -a "$summary"
 }
-run resident
-run stream-host-auto --ssd-streaming --ssd-streaming-cache-dir "$OUT/pop" \
-  --ssd-streaming-cache-experts "$device" --ssd-streaming-host-cache auto
-run stream-host-$host --ssd-streaming --ssd-streaming-cache-dir "$OUT/pop" \
-  --ssd-streaming-cache-experts "$device" --ssd-streaming-host-cache "$host"
-echo "--- csv header: $(head -n 1 "$OUT/stream-host-auto.csv" 2>/dev/null)"
+[ "$resident" = 1 ] && run resident
+for host in $hosts; do
+  run "stream-host-$host" --ssd-streaming --ssd-streaming-cache-dir "$OUT/pop" \
+    --ssd-streaming-cache-experts "$device" --ssd-streaming-host-cache "$host"
+done
+echo "--- csv header: $(head -n 1 "$(ls "$OUT"/stream-host-*.csv | head -n 1)" 2>/dev/null)"
 cat "$summary"
