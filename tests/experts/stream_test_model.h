@@ -15,10 +15,10 @@
 #include "experts/expert_source.h"
 #include "experts/streaming_source.h"
 #include "gguf/gguf_file.h"
-#include "gguf/gguf_writer.h"
 #include "model/hparams.h"
 #include "model/synthetic_model.h"
 #include "model/weights.h"
+#include "tiny_session_model.h"
 
 namespace ds4::test {
 
@@ -34,15 +34,8 @@ struct RemoveOnExit {
 };
 
 inline std::string write_stream_model(const std::string &name) {
-    gguf::Writer w;
-    std::vector<std::string> tokens;
-    for (int i = 0; i < 512; ++i) tokens.push_back("tok" + std::to_string(i * 7));
-    w.set("tokenizer.ggml.tokens", gguf::Value::array_of_strings(tokens));
-    const auto bytes = w.to_bytes();
-    auto vocab = gguf::File::from_memory(bytes.data(), bytes.size());
     const std::string p = unique_temp(name);
-    model::write_synthetic_model(model::shape_preset("tiny", 512), model::QuantMix::Q2, 7, *vocab,
-                                 p, false);
+    write_made_up_model(model::shape_preset("tiny", 512), model::QuantMix::Q2, 7, p);
     return p;
 }
 
