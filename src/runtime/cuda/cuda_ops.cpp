@@ -1187,66 +1187,66 @@ void CudaOps::grouped_product(const DeviceMatrix &w, const cuda::ExpertGroups &g
 
 void CudaOps::moe_routed_grouped(uint32_t il, const float *XN, const float *logits, int64_t m,
                                  float *slot_out) {
-    if (m_.expert_tier()) {
-        moe_routed_rounds(il, XN, logits, m, slot_out);
-        return;
-    }
     const model::HParams &hp = hp_;
-    const model::LayerWeights &L = m_.weights().layers[il];
     const int K = int(hp.n_expert_used);
-    const int64_t E = hp.n_embd, F = hp.n_ff_exp, pairs = m * K;
-    const DeviceMatrix &gate = m_.matrix(L.ffn_gate_exps), &up = m_.matrix(L.ffn_up_exps),
-                       &down = m_.matrix(L.ffn_down_exps);
+    const int64_t pairs = m * K;
     int32_t *ids = expert_ids_.as<int32_t>();
-    float *weights = expert_w_.as<float>();
     {
         const ProfileScope scope(profile_, s_, "moe route");
-        cuda::route_experts(logits, route_params(il, 0), ids, weights, s_, int(m));
-        cuda::group_by_expert(ids, int(pairs), int(hp.n_expert), expert_offsets_.as<int32_t>(),
-                              expert_order_.as<int32_t>(), s_);
+        cuda::route_experts(logits, route_params(il, 0), ids, expert_w_.as<float>(), s_, int(m));
+        if (!m_.expert_tier())
+            cuda::group_by_expert(ids, int(pairs), int(hp.n_expert), expert_offsets_.as<int32_t>(),
+                                  expert_order_.as<int32_t>(), s_);
     }
-    cuda::ExpertGroups groups{expert_offsets_.as<int32_t>(), expert_order_.as<int32_t>(),
-                              int(hp.n_expert), K, int(m)};
-    // The profile's bytes are those the token-by-token products would read (K experts a token);
-    // grouped, each selected expert's weights are read once per 8 of its pairs.
-    const double share = double(K) / double(hp.n_expert);
+    if (m_.expert_tier()) {  // streamed: the host groups the pairs in rounds
+        moe_routed_rounds(il, XN, read_ids(ids, pairs), m, slot_out);
+        return;
+    }
+    const cuda::ExpertGroups groups{expert_offsets_.as<int32_t>(), expert_order_.as<int32_t>(),
+                                    int(hp.n_expert), K, int(m)};
+    grouped_pairs(il, XN, groups, double(m), slot_out);
+}
+
+void CudaOps::grouped_pairs(uint32_t il, const float *XN, const cuda::ExpertGroups &groups,
+                            double tokens, float *slot_out) {
+    const model::HParams &hp = hp_;
+    const model::LayerWeights &L = m_.weights().layers[il];
+    const int64_t m = groups.n_tokens, pairs = m * hp.n_expert_used;
+    const int64_t E = hp.n_embd, F = hp.n_ff_exp;
+    const DeviceMatrix &gate = m_.matrix(L.ffn_gate_exps), &up = m_.matrix(L.ffn_up_exps),
+                       &down = m_.matrix(L.ffn_down_exps);
+    if (up.type != gate.type) throw Error("CUDA backend: routed gate and up of two formats");
+    // The profile's bytes are those the token-by-token products of `tokens` tokens would read
+    // (K experts a token); grouped, each selected expert's weights are read once per 8 of its
+    // pairs.
+    const double share = double(hp.n_expert_used) / double(hp.n_expert) * tokens;
     {
-        const ProfileScope scope = weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share * m);
+        const ProfileScope scope = weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share);
         // One quantization of every token's input for both products (as moe_routed_cpu).
         const cuda::Q8_KActivation x = quantize_q8_k_batch(XN, m * E);
         grouped_product(gate, groups, x, gate_.as<float>());
-        if (up.type != gate.type) throw Error("CUDA backend: routed gate and up of two formats");
         grouped_product(up, groups, x, up_.as<float>());
     }
     {
         const ProfileScope scope(profile_, s_, "moe swiglu");
         cuda::swiglu_slots(gate_.as<float>(), up_.as<float>(), int(pairs), F, hp.swiglu_clamp[il],
-                           weights, gate_.as<float>(), s_);
+                           expert_w_.as<float>(), gate_.as<float>(), s_);
     }
-    const ProfileScope scope = weight_scope("moe down", L.ffn_down_exps, share * m);
-    groups.x_div = 1;  // each pair's own SwiGLU row
-    grouped_product(down, groups, quantize_q8_k_batch(gate_.as<float>(), pairs * F), slot_out);
+    const ProfileScope scope = weight_scope("moe down", L.ffn_down_exps, share);
+    cuda::ExpertGroups down_groups = groups;
+    down_groups.x_div = 1;  // each pair's own SwiGLU row
+    grouped_product(down, down_groups, quantize_q8_k_batch(gate_.as<float>(), pairs * F), slot_out);
 }
 
-void CudaOps::moe_routed_rounds(uint32_t il, const float *XN, const float *logits, int64_t m,
-                                float *slot_out) {
+void CudaOps::moe_routed_rounds(uint32_t il, const float *XN, std::span<const int32_t> ids,
+                                int64_t m, float *slot_out) {
     const model::HParams &hp = hp_;
-    const model::LayerWeights &L = m_.weights().layers[il];
-    const int K = int(hp.n_expert_used);
-    const int64_t E = hp.n_embd, F = hp.n_ff_exp, pairs = m * K;
-    const DeviceMatrix &gate = m_.matrix(L.ffn_gate_exps), &up = m_.matrix(L.ffn_up_exps),
-                       &down = m_.matrix(L.ffn_down_exps);
+    const int64_t pairs = int64_t(ids.size());
     DeviceExpertTier &tier = *m_.expert_tier();
-    int32_t *ids = expert_ids_.as<int32_t>();
-    float *weights = expert_w_.as<float>();
-    {
-        const ProfileScope scope(profile_, s_, "moe route");
-        cuda::route_experts(logits, route_params(il, 0), ids, weights, s_, int(m));
-    }
-    // The host reads the pairs' ids (waiting for s_, so the last call's copy of rounds_host_ is
-    // done before it is rewritten) and groups them in rounds the tier holds.
+    // The host groups the pairs' ids (read_ids waited for s_, so the last call's copy of
+    // rounds_host_ is done before it is rewritten) in rounds the tier holds.
     const std::vector<experts::ExpertRound> rounds =
-        experts::expert_rounds(read_ids(ids, pairs), hp.n_expert, tier.n_slots());
+        experts::expert_rounds(ids, hp.n_expert, tier.n_slots());
     std::vector<size_t> at;  // each round's offsets, then its order, in rounds_host_
     size_t used = 0;
     for (const experts::ExpertRound &r : rounds) {
@@ -1260,7 +1260,6 @@ void CudaOps::moe_routed_rounds(uint32_t il, const float *XN, const float *logit
     }
     DS4_CUDA_CHECK(cudaMemcpyAsync(rounds_.get(), rounds_host_, used * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, s_));
-    if (up.type != gate.type) throw Error("CUDA backend: routed gate and up of two formats");
     // Each round is the resident path's sequence over all pairs but with only the round's
     // groups filled: every pair of the round gets its bits; the SwiGLU and the down input's
     // quantization also pass over the other pairs' rows, which no product of this round reads
@@ -1268,29 +1267,11 @@ void CudaOps::moe_routed_rounds(uint32_t il, const float *XN, const float *logit
     for (size_t r = 0; r < rounds.size(); ++r) {
         const int32_t *offsets = rounds_.as<int32_t>() + at[r];
         const cuda::ExpertGroups groups{offsets, offsets + rounds[r].offsets.size(),
-                                        int(hp.n_expert), K, int(m)};
+                                        int(hp.n_expert), int(hp.n_expert_used), int(m)};
         tier.acquire(il, rounds[r].experts, s_);
         const TierPass pass(tier, s_);
-        // As the resident path counts: the bytes token-by-token products would read (K experts
-        // a token), this round's part of them.
-        const double share = double(K) / double(hp.n_expert) * double(m) *
-                             double(rounds[r].order.size()) / double(pairs);
-        {
-            const ProfileScope scope = weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share);
-            const cuda::Q8_KActivation x = quantize_q8_k_batch(XN, m * E);
-            grouped_product(gate, groups, x, gate_.as<float>());
-            grouped_product(up, groups, x, up_.as<float>());
-        }
-        {
-            const ProfileScope scope(profile_, s_, "moe swiglu");
-            cuda::swiglu_slots(gate_.as<float>(), up_.as<float>(), int(pairs), F,
-                               hp.swiglu_clamp[il], weights, gate_.as<float>(), s_);
-        }
-        const ProfileScope scope = weight_scope("moe down", L.ffn_down_exps, share);
-        cuda::ExpertGroups down_groups = groups;
-        down_groups.x_div = 1;  // each pair's own SwiGLU row
-        grouped_product(down, down_groups, quantize_q8_k_batch(gate_.as<float>(), pairs * F),
-                        slot_out);
+        grouped_pairs(il, XN, groups, double(m) * double(rounds[r].order.size()) / double(pairs),
+                      slot_out);
     }
 }
 

@@ -170,10 +170,15 @@ class CudaOps final : public Ops {
     std::span<const int32_t> read_ids(const int32_t *ids, int64_t n);
     // The layer's distinct experts among those n ids acquired in the device tier.
     void acquire_selected(uint32_t il, const int32_t *ids, int64_t n);
-    // moe_routed_grouped for streamed experts: the chunk's pairs in rounds of experts that fit
-    // the device tier (experts/expert_rounds.h), each round's experts acquired, its pairs run
-    // through the grouped products as the resident path runs all of them, and released.
-    void moe_routed_rounds(uint32_t il, const float *XN, const float *logits, int64_t m,
+    // The routed products of a batch's pairs in `groups` (gate and up of every token's input,
+    // SwiGLU with the routing weights, down into slot_out), the resident path's whole batch or
+    // one streamed round; `tokens` is the token count the profile charges (the round's share).
+    void grouped_pairs(uint32_t il, const float *XN, const cuda::ExpertGroups &groups,
+                       double tokens, float *slot_out);
+    // moe_routed_grouped for streamed experts, given the pairs' ids read back: the chunk's
+    // pairs in rounds of experts that fit the device tier (experts/expert_rounds.h), each
+    // round's experts acquired, its pairs run through grouped_pairs, and released.
+    void moe_routed_rounds(uint32_t il, const float *XN, std::span<const int32_t> ids, int64_t m,
                            float *slot_out);
     // Skipped where the scratch already holds x's n values (sc_->quantized says whose).
     void quantize_q8_0(const float *x, int64_t n);
