@@ -48,10 +48,9 @@ uint32_t slot_count(const StreamingOptions &opts, uint64_t slot_bytes, uint64_t 
         throw Error(
             "SSD streaming: the floor (n_expert_used, one token's experts of one layer) "
             "was not given");
-    if (opts.budget_experts == 0 && opts.budget_bytes == 0)
-        throw Error("SSD streaming: no cache budget given (experts or bytes)");
-    const uint64_t budget =
-        opts.budget_experts != 0 ? opts.budget_experts : opts.budget_bytes / slot_bytes;
+    if (opts.budget.automatic())
+        throw Error("SSD streaming: no cache budget given (experts, a share or bytes)");
+    const uint64_t budget = opts.budget.slots(n_total, slot_bytes);
     const uint64_t floor = opts.n_expert_used;
     if (budget < floor)
         throw Error(fmt::format(

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/expert_budget.h"
 #include "experts/expert_cache.h"
 #include "experts/expert_reader.h"
 #include "experts/expert_source.h"
@@ -45,8 +46,7 @@ struct ExpertGeometry {
 ExpertGeometry expert_geometry(const model::ModelWeights &w);
 
 struct StreamingOptions {
-    uint64_t budget_experts = 0;  // cache slots; when 0, budget_bytes / slot_bytes
-    uint64_t budget_bytes = 0;
+    ExpertBudget budget;         // required (not automatic): the caller works out `auto`
     uint32_t n_expert_used = 0;  // the floor: one token's experts of one layer (required)
     bool direct_io = true;       // try O_DIRECT (falls back to buffered, with a notice)
     ReaderOptions reader;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "experts/expert_budget.h"
 #include "experts/expert_source.h"
 #include "model/hparams.h"
 #include "model/weights.h"
@@ -40,13 +41,11 @@ struct DeviceTierStats {
 std::string device_tier_stats_text(const DeviceTierStats &s);
 
 // How upload_to_cuda streams the routed experts: from `host` (the host tier) into a device tier
-// of `slots` experts, or `percent` of the routed experts, or `bytes` of device memory; all three
-// 0: auto (the device memory free after the other weights, minus a reserve for sessions).
+// of `budget` (automatic: the device memory free after the other weights, minus a reserve for
+// sessions).
 struct DeviceStreaming {
     experts::ExpertSource *host = nullptr;
-    uint64_t slots = 0;
-    double percent = 0;
-    uint64_t bytes = 0;
+    experts::ExpertBudget budget;
     // Uploaded to the device tier at start, most wanted first, as far as it has room (the host
     // tier's own preload, so that these gets find their bytes in host memory).
     std::vector<experts::ExpertKey> preload;

@@ -120,15 +120,11 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
     const char *cache = opts.host_tier ? "host tier" : "cache";
 
     experts::StreamingOptions so;
-    so.budget_experts = opts.budget_experts;
-    so.budget_bytes = opts.budget_bytes;
+    so.budget = opts.budget;
     so.n_expert_used = hp.n_expert_used;
     so.direct_io = opts.direct_io;
     so.reader = opts.reader;
-    if (so.budget_experts == 0 && opts.budget_percent > 0)  // rounded down, at least 1
-        so.budget_experts =
-            std::max<uint64_t>(1, uint64_t(double(n_total) * opts.budget_percent / 100.0));
-    if (so.budget_experts == 0 && so.budget_bytes == 0) {
+    if (so.budget.automatic()) {
         if (opts.mem_available == 0)
             throw Error(
                 fmt::format("SSD streaming {} budget auto: the memory available (MemAvailable "
@@ -145,15 +141,16 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
                 "SSD streaming {} budget auto: {} leaves no room for it; give the budget as a "
                 "count or a size",
                 cache, sum));
-        so.budget_bytes = opts.mem_available - resident_bytes_ - margin;
+        so.budget.bytes = opts.mem_available - resident_bytes_ - margin;
         log_.push_back(fmt::format("SSD streaming {} budget auto: {} = {}", cache, sum,
-                                   size_text(double(so.budget_bytes))));
+                                   size_text(double(so.budget.bytes))));
     }
     source_ = std::make_unique<experts::StreamingSource>(file, weights, so);
     advise_mapping(file, weights);
     const experts::ExpertStats st = source_->stats();
-    const uint64_t budget =
-        so.budget_experts != 0 ? so.budget_experts * st.slot_bytes : so.budget_bytes;
+    const uint64_t budget = so.budget.experts == 0 && so.budget.percent == 0
+                                ? so.budget.bytes
+                                : so.budget.slots(n_total, st.slot_bytes) * st.slot_bytes;
     log_.push_back(fmt::format(
         "SSD streaming {} budget {} / {:.2f} MiB per expert = {} experts ({:.1f}% of the {} "
         "routed experts{})",

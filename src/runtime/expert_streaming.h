@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/expert_budget.h"
 #include "experts/expert_reader.h"
 #include "experts/streaming_source.h"
 
@@ -30,20 +31,16 @@ namespace ds4::runtime {
 
 struct StreamingModelOptions {
     bool enabled = false;           // stream the routed experts (the rest stays mapped)
-    uint64_t budget_experts = 0;    // cache slots; when 0, budget_percent of the routed experts;
-    double budget_percent = 0;      // when 0, budget_bytes / slot size; when all three are 0,
-    uint64_t budget_bytes = 0;      // `auto` from mem_available
+    experts::ExpertBudget budget;   // the cache's; automatic: from mem_available
     uint64_t mem_available = 0;     // `auto`: the memory available (MemAvailable), in bytes
     bool direct_io = true;          // O_DIRECT when the file system allows (else a notice)
     experts::ReaderOptions reader;  // io_uring (auto) or the pread pool
     bool preload = true;            // false: start cold (--ssd-streaming-cold)
     int64_t preload_experts = -1;   // at most this many; -1: the cache's slots, at most 4096
     std::string popularity_file;    // read at start, written by save_popularity; "": neither
-    // The CUDA backend (runtime/device_weights.h DeviceStreaming): the device tier's slots, share
-    // of the routed experts or size (all 0: auto); the budget above then sizes the host tier.
-    uint64_t device_experts = 0;
-    double device_percent = 0;
-    uint64_t device_bytes = 0;
+    // The CUDA backend (runtime/device_weights.h DeviceStreaming): the device tier's budget
+    // (automatic: from the device memory free); the budget above then sizes the host tier.
+    experts::ExpertBudget device;
     bool host_tier = false;  // the log calls the cache the host tier
 };
 

@@ -24,11 +24,11 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
     // A device tier given as a count is checked here, with the file's other errors; one given as
     // a share or a size is checked by the upload, which knows the slots' size.
     if (opts.streaming.enabled && opts.backend == Backend::Cuda &&
-        opts.streaming.device_experts != 0 && opts.streaming.device_experts < m->hp_.n_expert_used)
+        opts.streaming.device.experts != 0 && opts.streaming.device.experts < m->hp_.n_expert_used)
         throw Error(fmt::format(
             "SSD streaming device tier of {} experts is below the floor of {} (one token's experts "
             "of one layer)",
-            opts.streaming.device_experts, m->hp_.n_expert_used));
+            opts.streaming.device.experts, m->hp_.n_expert_used));
     m->pool_ = std::make_unique<backend::cpu::ThreadPool>(opts.n_threads);
     if (opts.streaming.enabled) {
         m->streaming_ =
@@ -42,9 +42,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
         // Streaming: the cache above is the host tier; the device tier's budget comes along.
         DeviceStreaming ds;
         ds.host = m->experts_;
-        ds.slots = opts.streaming.device_experts;
-        ds.percent = opts.streaming.device_percent;
-        ds.bytes = opts.streaming.device_bytes;
+        ds.budget = opts.streaming.device;
         if (m->streaming_) ds.preload = m->streaming_->preloaded();
         try {
             m->device_ = upload_to_cuda(m->hp_, m->weights_, opts.upload_progress,

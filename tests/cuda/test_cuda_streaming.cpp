@@ -64,8 +64,8 @@ ModelOptions streamed(uint64_t device_slots, uint64_t host_slots, bool preload) 
     ModelOptions mo{.n_threads = 2, .backend = Backend::Cuda};
     mo.streaming.enabled = true;
     mo.streaming.host_tier = true;
-    mo.streaming.budget_experts = host_slots;
-    mo.streaming.device_experts = device_slots;
+    mo.streaming.budget.experts = host_slots;
+    mo.streaming.device.experts = device_slots;
     mo.streaming.preload = preload;
     return mo;
 }
@@ -139,7 +139,7 @@ TEST(CudaStreaming, DenseExpertFormatsAreRefused) {
 TEST(CudaStreaming, ASizeBelowTheFloorIsRefused) {
     DS4_REQUIRE_CUDA_DEVICE();
     ModelOptions mo = streamed(0, 8, false);
-    mo.streaming.device_bytes = 1024;
+    mo.streaming.device.bytes = 1024;
     try {
         (void)Model::load(ds4::test::tiny_model(model::QuantMix::Q2, 7), mo);
         FAIL() << "a 1 KiB device tier was accepted";

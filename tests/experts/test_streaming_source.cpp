@@ -46,7 +46,7 @@ std::string error_of(const std::function<void()> &f) {
 
 StreamingOptions options(uint64_t budget, ReaderKind kind = ReaderKind::Pool, bool direct = true) {
     StreamingOptions o;
-    o.budget_experts = budget;
+    o.budget.experts = budget;
     o.n_expert_used = stream_model().hp.n_expert_used;
     o.direct_io = direct;
     o.reader.kind = kind;
@@ -506,11 +506,11 @@ TEST(StreamingSource, ABudgetBelowTheFloorIsRefusedWithTheFloor) {
     EXPECT_TRUE(contains(err, "floor of " + std::to_string(floor) + " experts")) << err;
 
     StreamingOptions o = options(0);
-    o.budget_bytes = floor * expert_geometry(m.weights).slot_bytes(true) - 1;
+    o.budget.bytes = floor * expert_geometry(m.weights).slot_bytes(true) - 1;
     err = error_of([&] { StreamingSource s(*m.file, m.weights, o); });
     EXPECT_TRUE(contains(err, "floor of " + std::to_string(floor) + " experts")) << err;
 
-    o.budget_bytes += 1;
+    o.budget.bytes += 1;
     EXPECT_EQ(StreamingSource(*m.file, m.weights, o).stats().entries, floor);
 
     o = options(8);

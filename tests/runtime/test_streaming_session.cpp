@@ -126,7 +126,7 @@ std::string first_difference(const Trace &got, const Trace &want) {
 StreamingModelOptions streaming(uint64_t budget, bool preload, experts::ReaderKind reader) {
     StreamingModelOptions o;
     o.enabled = true;
-    o.budget_experts = budget;
+    o.budget.experts = budget;
     o.preload = preload;
     o.reader.kind = reader;
     return o;
@@ -264,7 +264,7 @@ TEST(StreamingSession, BudgetBelowTheFloorIsRefusedWithTheFloor) {
 TEST(StreamingSession, CudaDeviceTierBelowTheFloorIsRefusedBeforeTheUpload) {
     ModelOptions mo{.backend = Backend::Cuda};
     mo.streaming = streaming(8, false, experts::ReaderKind::Auto);
-    mo.streaming.device_experts = 3;
+    mo.streaming.device.experts = 3;
     try {
         (void)Model::load(tiny_q2(), mo);
         FAIL() << "a device tier of 3 experts was accepted";

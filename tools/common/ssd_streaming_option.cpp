@@ -29,7 +29,7 @@ bool ends_with(const std::string &s, const std::string &suffix) {
 
 }  // namespace
 
-CacheBudget parse_cache_budget(const std::string &text, const std::string &flag) {
+experts::ExpertBudget parse_cache_budget(const std::string &text, const std::string &flag) {
     const std::string t = lower(text);
     auto bad = [&] {
         return UsageError(fmt::format("{}: must be {}, got {}", flag, kForms, quoted_arg(text)));
@@ -45,7 +45,7 @@ CacheBudget parse_cache_budget(const std::string &text, const std::string &flag)
             throw UsageError(
                 fmt::format("{}: a share must be more than 0% and at most 100%, got {}", flag,
                             quoted_arg(text)));
-        return {.experts = 0, .percent = v, .bytes = 0, .automatic = false};
+        return {.experts = 0, .percent = v, .bytes = 0};
     }
     double unit = 0;
     std::string num = t;
@@ -68,7 +68,7 @@ CacheBudget parse_cache_budget(const std::string &text, const std::string &flag)
         if (num.size() > 12) throw bad();
         const uint64_t n = std::stoull(num);
         if (n == 0) throw UsageError(fmt::format("{}: must be at least 1 expert, got 0", flag));
-        return {.experts = n, .percent = 0, .bytes = 0, .automatic = false};
+        return {.experts = n, .percent = 0, .bytes = 0};
     }
     for (char c : num)
         if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.') throw bad();
@@ -79,7 +79,7 @@ CacheBudget parse_cache_budget(const std::string &text, const std::string &flag)
     if (bytes < 1)
         throw UsageError(
             fmt::format("{}: must be more than 0 bytes, got {}", flag, quoted_arg(text)));
-    return {.experts = 0, .percent = 0, .bytes = uint64_t(bytes), .automatic = false};
+    return {.experts = 0, .percent = 0, .bytes = uint64_t(bytes)};
 }
 
 std::string default_cache_dir() {
@@ -116,19 +116,13 @@ runtime::StreamingModelOptions SsdStreamingFlags::options(runtime::Backend backe
     o.enabled = true;
     // On CUDA, --ssd-streaming-cache-experts is the device tier and --ssd-streaming-host-cache
     // the host tier that feeds it; on the CPU the one cache.
-    const CacheBudget b = cuda ? parse_cache_budget(host_budget, "--ssd-streaming-host-cache")
-                               : parse_cache_budget(budget);
+    o.budget = cuda ? parse_cache_budget(host_budget, "--ssd-streaming-host-cache")
+                    : parse_cache_budget(budget);
     if (cuda) {
-        const CacheBudget d = parse_cache_budget(budget);
-        o.device_experts = d.experts;
-        o.device_percent = d.percent;
-        o.device_bytes = d.bytes;
+        o.device = parse_cache_budget(budget);
         o.host_tier = true;
     }
-    o.budget_experts = b.experts;
-    o.budget_percent = b.percent;
-    o.budget_bytes = b.bytes;
-    if (b.automatic) o.mem_available = mem_available_bytes().value_or(0);
+    if (o.budget.automatic()) o.mem_available = mem_available_bytes().value_or(0);
     o.direct_io = !buffered;
     o.reader.kind = reader == "pool"       ? experts::ReaderKind::Pool
                     : reader == "io_uring" ? experts::ReaderKind::IoUring

@@ -18,22 +18,16 @@
 #include <cstdint>
 #include <string>
 
+#include "experts/expert_budget.h"
 #include "runtime/session.h"
 
 namespace ds4::tools {
 
-struct CacheBudget {
-    uint64_t experts = 0;   // a count, or
-    double percent = 0;     // a share of the routed experts, or
-    uint64_t bytes = 0;     // a size, or
-    bool automatic = true;  // auto
-};
-
 // "2427", "10%" (of the routed experts), "16GB" / "16G" / "16GiB", "512MB" / "512M" / "512MiB"
 // (GB and MB mean GiB and MiB, as in the reference; a fraction is allowed for sizes and shares),
 // "auto" (case-insensitive). Throws UsageError naming the forms, after `flag`.
-CacheBudget parse_cache_budget(const std::string &text,
-                               const std::string &flag = "--ssd-streaming-cache-experts");
+experts::ExpertBudget parse_cache_budget(const std::string &text,
+                                         const std::string &flag = "--ssd-streaming-cache-experts");
 
 struct SsdStreamingFlags {
     bool on = false, cold = false, buffered = false;

@@ -117,8 +117,8 @@ void run_model(TestEnv &env, Report &rep, const std::string &name, const std::st
                 if (preload && !with_preload) continue;
                 runtime::ModelOptions mo{.n_threads = threads, .backend = backend};
                 mo.streaming.enabled = true;
-                mo.streaming.budget_experts = cuda ? host : budget;
-                mo.streaming.device_experts = cuda ? budget : 0;
+                mo.streaming.budget.experts = cuda ? host : budget;
+                mo.streaming.device.experts = cuda ? budget : 0;
                 mo.streaming.host_tier = cuda;
                 mo.streaming.preload = preload;
                 std::string problem;

@@ -97,14 +97,12 @@ DeviceMatrix streamed_matrix(model::Tensor t, const cuda::ExpertTable &table) {
     return m;
 }
 
-// The device tier's slots for the budget: a count, a share of the routed experts, a size, or
-// (all 0) what `room` bytes hold. Not capped here; the tier holds at most every expert.
+// The device tier's slots for the budget, or (auto) what `room` bytes hold. Not capped here; the
+// tier holds at most every expert.
 uint64_t tier_slots(const DeviceStreaming &s, uint64_t n_total, uint64_t slot_bytes,
                     uint64_t room) {
-    if (s.slots != 0) return s.slots;
-    if (s.percent > 0) return std::max<uint64_t>(1, uint64_t(double(n_total) * s.percent / 100.0));
-    if (s.bytes != 0) return s.bytes / slot_bytes;
-    return std::min(n_total, room / slot_bytes);
+    return s.budget.automatic() ? std::min(n_total, room / slot_bytes)
+                                : s.budget.slots(n_total, slot_bytes);
 }
 
 }  // namespace
@@ -229,8 +227,7 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
         const uint64_t auto_room = free_now > reserve ? free_now - reserve : 0;
         const uint64_t slots =
             std::min(n_total, tier_slots(*streaming, n_total, layout.slot_bytes, auto_room));
-        const bool automatic =
-            streaming->slots == 0 && streaming->percent <= 0 && streaming->bytes == 0;
+        const bool automatic = streaming->budget.automatic();
         if (slots < hp.n_expert_used)
             throw Error(fmt::format(
                 "CUDA expert streaming: a device tier of {} experts is below the floor of {} (one "
