@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# The CUDA streaming round (docs/SSD_STREAMING.md, on the CUDA backend), in one call on the device
-# machine: the streaming tests (test_cuda CudaStreaming.*, the expert table and upload), the cache-pressure mode on
-# the CUDA backend, then ds4-bench on the published Flash q2 layout (written to /dev/shm, as
-# device_round.sh does): resident, then streaming with the device tier capped at DEVICE (a 24 GB
-# card's 20GB by default) over the host tier `auto` gives, then over one of HOST (16GB: more read
-# from the file; -h "auto 16GB" is the default list of host tiers). A host tier of every expert (74 GiB) does not fit beside the 81 GiB file in the
-# box's 128 GiB when the file is in /dev/shm. The streamed runs must generate the resident run's tokens
-# (tokens_sha256); the dev_* and ssd_* columns give each tier's hit rate and bytes per token.
-# Note: the file sits in /dev/shm (the box's disk is smaller than the model), so "disk" reads
-# come from tmpfs, buffered (tmpfs refuses O_DIRECT; the tools print that notice).
+# The CUDA streaming round (docs/SSD_STREAMING.md, on the CUDA backend), in one call on the
+# device machine: the streaming tests (test_cuda CudaStreaming.*, the expert table and upload),
+# the cache-pressure mode on the CUDA backend, then ds4-bench on the published Flash q2 layout
+# (written to /dev/shm, as device_round.sh does): resident, then streaming with the device tier
+# capped at DEVICE (a 24 GB card's 20GB by default) over each host tier of the list HOST ("auto
+# 16GB" by default: what `auto` gives, then 16 GiB, so that more is read from the file). The
+# streamed runs share one popularity folder, so each after the first starts from the last one's
+# saved popularity. A host tier of every expert (74 GiB) does not fit beside the 81 GiB file in
+# the box's 128 GiB when the file is in /dev/shm. The streamed runs must generate the resident
+# run's tokens (tokens_sha256); the dev_* and ssd_* columns give each tier's hit rate and bytes
+# per token. Note: the file sits in /dev/shm (the box's disk is smaller than the model), so
+# "disk" reads come from tmpfs, buffered (tmpfs refuses O_DIRECT; the tools print that notice).
 # Each ds4-bench run is stopped after -T seconds (300 by default; exit 124 in the summary). -x
 # leaves out the tests and -r the resident run (a second call on a machine that ran them).
-#   bench/cuda/streaming_round.sh [-x] [-r] [-n TOKENS] [-c CTX] [-d DEVICE] [-h "HOST ..."] [-T SECONDS]
+#   bench/cuda/streaming_round.sh [-x] [-r] [-n TOKENS] [-c CTX] [-d DEVICE] [-h "HOST ..."]
+#                                 [-T SECONDS]
 set -uo pipefail
 gen=64 ctx=2048 device=20GB hosts="auto 16GB" limit=300 tests=1 resident=1
 while getopts xrn:c:d:h:T: o; do
@@ -55,7 +58,7 @@ run() {  # name, extra flags...
   local name=$1
   shift
   t0=$(date +%s)
-  timeout "$limit" "$BIN/ds4-bench" "${common[@]}" "$@" --csv "$OUT/$name.csv" >"$OUT/$name.log" 2>&1
+  timeout -k 10 "$limit" "$BIN/ds4-bench" "${common[@]}" "$@" --csv "$OUT/$name.csv" >"$OUT/$name.log" 2>&1
   note "$name: rc $? in $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/$name.csv" 2>/dev/null)"
   grep -E 'device tier|host tier|SSD streaming.*stats' "$OUT/$name.log" | tee -a "$summary"
 }
@@ -64,5 +67,5 @@ for host in $hosts; do
   run "stream-host-$host" --ssd-streaming --ssd-streaming-cache-dir "$OUT/pop" \
     --ssd-streaming-cache-experts "$device" --ssd-streaming-host-cache "$host"
 done
-echo "--- csv header: $(head -n 1 "$(ls "$OUT"/stream-host-*.csv | head -n 1)" 2>/dev/null)"
+echo "--- csv header: $(head -n 1 "$(ls "$OUT"/stream-host-*.csv 2>/dev/null | head -n 1)" 2>/dev/null)"
 cat "$summary"

@@ -12,7 +12,7 @@ struct ExpertBudget {
     double percent = 0;    // a share of the routed experts, in (0, 100], else
     uint64_t bytes = 0;    // a size, whole slots of it
 
-    bool automatic() const { return experts == 0 && percent == 0 && bytes == 0; }
+    bool automatic() const { return experts == 0 && !(percent > 0) && bytes == 0; }
 
     // The slots asked for by a budget that is not automatic, over n_total routed experts of
     // slot_bytes each: a share rounds down, to at least 1. Neither capped at n_total nor checked
