@@ -67,5 +67,6 @@ for host in $hosts; do
   run "stream-host-$host" --ssd-streaming --ssd-streaming-cache-dir "$OUT/pop" \
     --ssd-streaming-cache-experts "$device" --ssd-streaming-host-cache "$host"
 done
-echo "--- csv header: $(head -n 1 "$(ls "$OUT"/stream-host-*.csv 2>/dev/null | head -n 1)" 2>/dev/null)"
+first_csv=$(find "$OUT" -maxdepth 1 -name 'stream-host-*.csv' | sort | head -n 1)
+echo "--- csv header: $(head -n 1 "$first_csv" 2>/dev/null)"
 cat "$summary"
