@@ -6,7 +6,8 @@
 # bench/pack_binaries.sh packs both); a variant is a list of environment assignments ("-" for
 # none), optionally prefixed by "base:" to run BASE's ds4-bench instead (the build the round
 # compares against). Logs, CSVs and a summary go to OUT. With -t "T1 T2 ...", the same model
-# also runs on the CPU backend at those thread counts (a short prompt, DS4_CPU_PROFILE=1: the per-operation table in the log).
+# also runs on the CPU backend at those thread counts (a short prompt, DS4_CPU_PROFILE=1: the
+# per-operation table in the log).
 #   bench/cuda/device_round.sh [-n TOKENS] [-r RUNS] [-c CTX] [-t THREADS] VARIANT...
 set -uo pipefail
 gen=64 runs=2 ctx=2048 cpu_threads=""
