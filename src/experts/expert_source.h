@@ -73,8 +73,9 @@ class ExpertSource {
     // may then hold several experts' bytes at once.
     virtual bool bytes_stay_valid() const { return false; }
     virtual ExpertStats stats() const { return {}; }
-    // The memory every get's bytes lie in when the source owns it (a cache's slots), else empty:
-    // a device backend may register it for direct transfers (pinned host memory).
+    // The one range every get's bytes lie in (a cache's slots, the mapped file's routed experts),
+    // else empty: a device backend may register it for direct transfers (pinned host memory). It
+    // only reads it.
     virtual std::span<uint8_t> owned_memory() const { return {}; }
 };
 

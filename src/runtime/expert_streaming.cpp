@@ -1,7 +1,9 @@
 #include "runtime/expert_streaming.h"
 
 #include <fmt/format.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "experts/mapped_source.h"
 #include "experts/popularity.h"
 #include "gguf/gguf_file.h"
 #include "model/hparams.h"
@@ -98,6 +101,12 @@ void advise_mapping(const gguf::File &file, const model::ModelWeights &w) {
 
 }  // namespace
 
+bool file_in_memory(const std::string &path) {
+    struct statfs fs {};
+    if (::statfs(path.c_str(), &fs) != 0) return false;
+    return fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC;
+}
+
 uint64_t auto_margin_bytes(uint64_t mem_available) {
     return std::max<uint64_t>(uint64_t(1) << 30, mem_available / 10);
 }
@@ -119,56 +128,81 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
     const uint64_t n_total = uint64_t(hp.n_layer) * hp.n_expert;
     const char *cache = opts.host_tier ? "host tier" : "cache";
 
-    experts::StreamingOptions so;
-    so.budget = opts.budget;
-    so.n_expert_used = hp.n_expert_used;
-    so.direct_io = opts.direct_io;
-    so.reader = opts.reader;
-    if (so.budget.automatic()) {
-        if (opts.mem_available == 0)
-            throw Error(
-                fmt::format("SSD streaming {} budget auto: the memory available (MemAvailable "
-                            "of /proc/meminfo) is unknown; give the budget as a count or a size",
-                            cache));
-        const uint64_t margin = auto_margin_bytes(opts.mem_available);
-        const std::string sum = fmt::format(
-            "MemAvailable {} - resident weights {} - margin {} (KV cache, buffers: a tenth of "
-            "MemAvailable, at least 1 GiB)",
-            size_text(double(opts.mem_available)), size_text(double(resident_bytes_)),
-            size_text(double(margin)));
-        if (opts.mem_available <= resident_bytes_ + margin)
-            throw Error(fmt::format(
-                "SSD streaming {} budget auto: {} leaves no room for it; give the budget as a "
-                "count or a size",
-                cache, sum));
-        so.budget.bytes = opts.mem_available - resident_bytes_ - margin;
-        log_.push_back(fmt::format("SSD streaming {} budget auto: {} = {}", cache, sum,
-                                   size_text(double(so.budget.bytes))));
+    mapped_ = opts.host_tier &&
+              (opts.host_mapped || (opts.budget.automatic() && file_in_memory(file.path())));
+    experts::ExpertStats st;
+    if (mapped_) {
+        source_ = std::make_unique<experts::MappedHostSource>(
+            weights, std::span<const uint8_t>(file.base(), file.file_size()));
+        st = source_->stats();
+        log_.push_back(
+            opts.host_mapped
+                ? std::string("SSD streaming host tier: the file's mapping "
+                              "(--ssd-streaming-host-cache mapped)")
+                : fmt::format("SSD streaming host tier auto: {} is on a file system in memory "
+                              "(tmpfs or ramfs): the host tier is the file's mapping",
+                              file.path()));
+        log_.push_back(fmt::format(
+            "SSD streaming: resident: the non-routed weights, {} ({} bytes); the routed experts, "
+            "{} ({} layers x {} experts x {:.2f} MiB), go to the device tier straight from the "
+            "file's pages (no copy in host memory, no reads by the engine)",
+            size_text(double(resident_bytes_)), resident_bytes_, size_text(double(routed_bytes_)),
+            hp.n_layer, hp.n_expert, double(st.expert_bytes) / kMiB));
+    } else {
+        experts::StreamingOptions so;
+        so.budget = opts.budget;
+        so.n_expert_used = hp.n_expert_used;
+        so.direct_io = opts.direct_io;
+        so.reader = opts.reader;
+        if (so.budget.automatic()) {
+            if (opts.mem_available == 0)
+                throw Error(fmt::format(
+                    "SSD streaming {} budget auto: the memory available (MemAvailable "
+                    "of /proc/meminfo) is unknown; give the budget as a count or a size",
+                    cache));
+            const uint64_t margin = auto_margin_bytes(opts.mem_available);
+            const std::string sum = fmt::format(
+                "MemAvailable {} - resident weights {} - margin {} (KV cache, buffers: a tenth of "
+                "MemAvailable, at least 1 GiB)",
+                size_text(double(opts.mem_available)), size_text(double(resident_bytes_)),
+                size_text(double(margin)));
+            if (opts.mem_available <= resident_bytes_ + margin)
+                throw Error(fmt::format(
+                    "SSD streaming {} budget auto: {} leaves no room for it; give the budget as a "
+                    "count or a size",
+                    cache, sum));
+            so.budget.bytes = opts.mem_available - resident_bytes_ - margin;
+            log_.push_back(fmt::format("SSD streaming {} budget auto: {} = {}", cache, sum,
+                                       size_text(double(so.budget.bytes))));
+        }
+        auto streaming = std::make_unique<experts::StreamingSource>(file, weights, so);
+        advise_mapping(file, weights);
+        st = streaming->stats();
+        const uint64_t budget = so.budget.experts == 0 && so.budget.percent == 0
+                                    ? so.budget.bytes
+                                    : so.budget.slots(n_total, st.slot_bytes) * st.slot_bytes;
+        log_.push_back(fmt::format(
+            "SSD streaming {} budget {} / {:.2f} MiB per expert = {} experts ({:.1f}% of the {} "
+            "routed experts{})",
+            cache, size_text(double(budget)), double(st.slot_bytes) / kMiB, st.entries,
+            100.0 * double(st.entries) / double(n_total), n_total,
+            st.entries == n_total ? ": every expert fits" : ""));
+        log_.push_back(fmt::format(
+            "SSD streaming: resident (mapped): the non-routed weights, {} ({} bytes); streamed: "
+            "the "
+            "routed experts, {} ({} layers x {} experts x {:.2f} MiB), read from the file into the "
+            "cache, never through the mapping (no full residency, no warm-up)",
+            size_text(double(resident_bytes_)), resident_bytes_, size_text(double(routed_bytes_)),
+            hp.n_layer, hp.n_expert, double(st.expert_bytes) / kMiB));
+        const bool pool = std::string(st.reader) != "io_uring";
+        log_.push_back(fmt::format(
+            "SSD streaming: reader {} ({}{} reads in flight), O_DIRECT {}", st.reader,
+            pool ? fmt::format("{} threads, ", opts.reader.pool_threads) : std::string(),
+            opts.reader.max_in_flight, st.direct_io ? "on" : "off (buffered reads)"));
+        for (const std::string &n : streaming->notices())
+            log_.push_back("SSD streaming: notice: " + n);
+        source_ = std::move(streaming);
     }
-    source_ = std::make_unique<experts::StreamingSource>(file, weights, so);
-    advise_mapping(file, weights);
-    const experts::ExpertStats st = source_->stats();
-    const uint64_t budget = so.budget.experts == 0 && so.budget.percent == 0
-                                ? so.budget.bytes
-                                : so.budget.slots(n_total, st.slot_bytes) * st.slot_bytes;
-    log_.push_back(fmt::format(
-        "SSD streaming {} budget {} / {:.2f} MiB per expert = {} experts ({:.1f}% of the {} "
-        "routed experts{})",
-        cache, size_text(double(budget)), double(st.slot_bytes) / kMiB, st.entries,
-        100.0 * double(st.entries) / double(n_total), n_total,
-        st.entries == n_total ? ": every expert fits" : ""));
-    log_.push_back(fmt::format(
-        "SSD streaming: resident (mapped): the non-routed weights, {} ({} bytes); streamed: the "
-        "routed experts, {} ({} layers x {} experts x {:.2f} MiB), read from the file into the "
-        "cache, never through the mapping (no full residency, no warm-up)",
-        size_text(double(resident_bytes_)), resident_bytes_, size_text(double(routed_bytes_)),
-        hp.n_layer, hp.n_expert, double(st.expert_bytes) / kMiB));
-    const bool pool = std::string(st.reader) != "io_uring";
-    log_.push_back(
-        fmt::format("SSD streaming: reader {} ({}{} reads in flight), O_DIRECT {}", st.reader,
-                    pool ? fmt::format("{} threads, ", opts.reader.pool_threads) : std::string(),
-                    opts.reader.max_in_flight, st.direct_io ? "on" : "off (buffered reads)"));
-    for (const std::string &n : source_->notices()) log_.push_back("SSD streaming: notice: " + n);
 
     identity_ = experts::file_identity(file.path());
     std::vector<uint64_t> counts;
@@ -213,9 +247,15 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
         }
         if (!counts.empty()) from += " and the router's bias and hash tables";
     }
+    preloaded_ = keys;
+    if (mapped_) {
+        log_.push_back(fmt::format(
+            "SSD streaming: the device tier preloads in the order of {} ({} experts at most)", from,
+            keys.size()));
+        return;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     source_->preload(keys);
-    preloaded_ = keys;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const uint64_t n = source_->stats().preloaded;
     const double bytes = double(n) * double(st.expert_bytes);

@@ -17,6 +17,7 @@
 
 #include "experts/expert_budget.h"
 #include "experts/expert_reader.h"
+#include "experts/expert_source.h"
 #include "experts/streaming_source.h"
 
 namespace ds4::gguf {
@@ -42,7 +43,15 @@ struct StreamingModelOptions {
     // (automatic: from the device memory free); the budget above then sizes the host tier.
     experts::ExpertBudget device;
     bool host_tier = false;  // the log calls the cache the host tier
+    // The host tier is the file's mapping (experts/mapped_source.h) instead of a cache: asked for
+    // (--ssd-streaming-host-cache mapped), or `auto` for a file on tmpfs or ramfs (already in
+    // memory). Only with host_tier.
+    bool host_mapped = false;
 };
+
+// Whether the file at `path` lies on a file system held in memory (tmpfs, ramfs); false when it
+// cannot be told.
+bool file_in_memory(const std::string &path);
 
 // The memory `auto` leaves free for the KV cache, the batch buffers and the rest of the process:
 // a tenth of what is available, at least 1 GiB.
@@ -63,8 +72,10 @@ class ExpertStreaming {
                     const model::ModelWeights &weights, const StreamingModelOptions &opts);
     ~ExpertStreaming();
 
-    experts::StreamingSource &source() { return *source_; }
-    const experts::StreamingSource &source() const { return *source_; }
+    experts::ExpertSource &source() { return *source_; }
+    const experts::ExpertSource &source() const { return *source_; }
+    // The host tier is the file's mapping (StreamingModelOptions::host_mapped, or auto on tmpfs).
+    bool host_mapped() const { return mapped_; }
     // The start-up lines (budget, what stays resident, reader, notices, preload), without the
     // tool's prefix.
     const std::vector<std::string> &log() const { return log_; }
@@ -79,7 +90,8 @@ class ExpertStreaming {
     std::string save_popularity(std::span<const uint64_t> run_counts = {});
 
   private:
-    std::unique_ptr<experts::StreamingSource> source_;
+    std::unique_ptr<experts::ExpertSource> source_;
+    bool mapped_ = false;
     std::vector<std::string> log_;
     std::string popularity_file_, identity_;
     std::vector<uint64_t> loaded_;  // the counts read at start (empty: none)

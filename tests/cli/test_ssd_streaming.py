@@ -161,8 +161,15 @@ def test_flags_need_ssd_streaming(tool, model, cache_dir, name):
     assert p.returncode == 2, p.stderr
     assert last_line(p).startswith(f"{name}: --ssd-streaming-host-cache sizes the host tier of the CUDA backend"), \
         last_line(p)
+    p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-host-cache", "mapped")
+    assert p.returncode == 2, p.stderr
+    assert last_line(p).startswith(f"{name}: --ssd-streaming-host-cache sizes the host tier of the CUDA backend"), \
+        last_line(p)
     p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-host-cache", "0")
     assert p.returncode == 2 and "--ssd-streaming-host-cache" in last_line(p), p.stderr
+    # mapped is a host tier's form only.
+    p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-cache-experts", "mapped")
+    assert p.returncode == 2 and "--ssd-streaming-cache-experts" in last_line(p), p.stderr
     p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-cold", "--ssd-streaming-preload-experts", "3")
     assert p.returncode == 2 and "exclude each other" in last_line(p), p.stderr
     p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-reader", "mmap")
@@ -172,6 +179,7 @@ def test_flags_need_ssd_streaming(tool, model, cache_dir, name):
                  "--ssd-streaming-preload-experts", "--ssd-streaming-cache-dir", "--ssd-streaming-reader",
                  "--ssd-streaming-buffered", "--ssd-streaming-host-cache"]:
         assert re.search(rf"^\s+{flag}\b", h.stdout, re.M), (name, flag)
+    assert "N|N%|NGB|NMB|auto|mapped" in h.stdout, name
 
 
 def test_bench_csv_has_the_ssd_columns_only_when_streaming(tool, model, cache_dir):

@@ -1,11 +1,12 @@
 // Routed experts streamed on the CUDA backend (runtime/cuda/device_expert_tier.h): a device tier
 // of slots fed by a host tier (the SSD-streaming cache) must give the resident CUDA run's logits
 // bit for bit, at every device budget from the floor (one token's experts of one layer) to every
-// expert, over a host tier that holds every expert and one that holds twice the floor (most gets
-// then read the disk), cold and preloaded, in prefill chunks (several rounds of experts a layer
-// when the tier holds fewer than a chunk selects) and token by token, then in decode steps. The
-// oracle is the resident CUDA backend, which test_cuda_model.cpp compares with the CPU; what this
-// adds is that moving the bytes through slots changes nothing.
+// expert, over a host tier that holds every expert, one that holds twice the floor (most gets
+// then read the disk) and the file's own mapping (registered read-only), cold and preloaded, in
+// prefill chunks (several rounds of experts a layer when the tier holds fewer than a chunk selects)
+// and token by token, then in decode steps. The oracle is the resident CUDA backend, which
+// test_cuda_model.cpp compares with the CPU; what this adds is that moving the bytes through slots
+// changes nothing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -60,10 +61,12 @@ Trace run(Model &m, uint32_t chunk, int steps, const std::vector<int32_t> *force
     return t;
 }
 
+// host_slots 0: the host tier is the file's mapping (--ssd-streaming-host-cache mapped).
 ModelOptions streamed(uint64_t device_slots, uint64_t host_slots, bool preload) {
     ModelOptions mo{.n_threads = 2, .backend = Backend::Cuda};
     mo.streaming.enabled = true;
     mo.streaming.host_tier = true;
+    mo.streaming.host_mapped = host_slots == 0;
     mo.streaming.budget.experts = host_slots;
     mo.streaming.device.experts = device_slots;
     mo.streaming.preload = preload;
@@ -80,11 +83,12 @@ void expect_resident_bits(const std::string &path, uint32_t chunk) {
     std::sort(device.begin(), device.end());
     device.erase(std::unique(device.begin(), device.end()), device.end());
     for (uint64_t d : device)
-        for (uint64_t h : {std::min(total, 2 * floor), total})
+        for (uint64_t h : {std::min(total, 2 * floor), total, uint64_t(0)})
             for (bool preload : {false, true}) {
                 SCOPED_TRACE(testing::Message()
                              << path << ", chunk " << chunk << ", device tier " << d
-                             << ", host tier " << h << (preload ? ", preloaded" : ", cold"));
+                             << ", host tier " << (h ? std::to_string(h) : "mapped")
+                             << (preload ? ", preloaded" : ", cold"));
                 auto m = Model::load(path, streamed(d, h, preload));
                 const Trace got = run(*m, chunk, steps, &want.decoded);
                 ASSERT_EQ(got.logits.size(), want.logits.size());
@@ -95,8 +99,13 @@ void expect_resident_bits(const std::string &path, uint32_t chunk) {
                 EXPECT_EQ(st->slots, std::min(d, total));
                 EXPECT_EQ(st->hits + st->misses, st->acquires);
                 // Cold, the tier starts empty; preloaded, with the host tier's preload (all of
-                // its slots, fewer than the 4096 cap here) as far as it has room.
-                EXPECT_EQ(st->preloaded, preload ? std::min({d, h, total}) : 0u);
+                // its slots, every expert when mapped; fewer than the 4096 cap here) as far as
+                // it has room.
+                EXPECT_EQ(st->preloaded, preload ? std::min({d, h ? h : total, total}) : 0u);
+                if (h == 0) {
+                    EXPECT_EQ(m->streaming()->source().stats().hits,
+                              m->streaming()->source().stats().gets);
+                }
                 if (!preload) {
                     EXPECT_GT(st->misses, 0u);
                 }

@@ -292,6 +292,72 @@ TEST(StreamingSession, AutoBudgetIsMemoryMinusResidentMinusMargin) {
     EXPECT_THROW((void)Model::load(tiny_q2(), {.streaming = o}), Error);
 }
 
+// The file system /proc/mounts says `path` lies on (the longest mount point above it).
+std::string fs_type_of(const std::string &path) {
+    std::ifstream mounts("/proc/mounts");
+    std::string dev, dir, type, rest, best_type;
+    size_t best = 0;
+    const std::string abs = std::filesystem::weakly_canonical(path).string();
+    while (mounts >> dev >> dir >> type && std::getline(mounts, rest)) {
+        const bool under =
+            abs == dir || dir == "/" ||
+            (abs.rfind(dir, 0) == 0 && abs.size() > dir.size() && abs[dir.size()] == '/');
+        if (under && dir.size() >= best) {
+            best = dir.size();
+            best_type = type;
+        }
+    }
+    return best_type;
+}
+
+// With a host tier (the CUDA backend's; the runtime also runs it on the CPU, which reads the same
+// bytes), `mapped` hands out the file's own bytes: the resident logits, every get a hit.
+TEST(StreamingSession, MappedHostTierGivesTheResidentBits) {
+    const Workload w;
+    const Trace &want = resident_trace(tiny_q2(), 2, w);
+    StreamingModelOptions o;
+    o.enabled = true;
+    o.host_tier = true;
+    o.host_mapped = true;
+    auto m = Model::load(tiny_q2(), {.n_threads = 2, .streaming = o});
+    ASSERT_TRUE(m->streaming()->host_mapped());
+    EXPECT_EQ(first_difference(run_trace(*m, w, &want.decoded), want), "");
+    const experts::ExpertStats st = m->streaming()->source().stats();
+    EXPECT_GT(st.gets, 0u);
+    EXPECT_EQ(st.hits, st.gets);
+    EXPECT_EQ(st.bytes_read, 0u);
+    EXPECT_STREQ(st.reader, "the file's mapping");
+    EXPECT_EQ(m->streaming()->log().front(),
+              "SSD streaming host tier: the file's mapping (--ssd-streaming-host-cache mapped)");
+    // The device tier's preload order is still made (the router's tables, as far as 4096).
+    EXPECT_EQ(m->streaming()->preloaded().size(), 192u);
+}
+
+// `auto` takes the mapping for a file on tmpfs (already in memory), a cache elsewhere.
+TEST(StreamingSession, AutoHostTierIsTheMappingForAFileOnTmpfs) {
+    if (fs_type_of("/dev/shm") != "tmpfs") GTEST_SKIP() << "/dev/shm is not a tmpfs here";
+    const RemoveOnExit shm{"/dev/shm/" + std::to_string(::getpid()) + "-stream-tiny-q2.gguf"};
+    std::filesystem::copy_file(tiny_q2(), shm.path);
+    EXPECT_TRUE(file_in_memory(shm.path));
+    StreamingModelOptions o;
+    o.enabled = true;
+    o.host_tier = true;
+    o.mem_available = uint64_t(4) << 30;
+    auto m = Model::load(shm.path, {.streaming = o});
+    EXPECT_TRUE(m->streaming()->host_mapped());
+    EXPECT_NE(m->streaming()->log().front().find("is on a file system in memory (tmpfs or ramfs)"),
+              std::string::npos)
+        << m->streaming()->log().front();
+    // A budget given keeps the cache on tmpfs too.
+    o.budget.experts = 8;
+    EXPECT_FALSE(Model::load(shm.path, {.streaming = o})->streaming()->host_mapped());
+    if (fs_type_of(tiny_q2()) != "tmpfs" && fs_type_of(tiny_q2()) != "ramfs") {
+        EXPECT_FALSE(file_in_memory(tiny_q2()));
+        o.budget.experts = 0;
+        EXPECT_FALSE(Model::load(tiny_q2(), {.streaming = o})->streaming()->host_mapped());
+    }
+}
+
 TEST(StreamingSession, PopularityIsSavedAndPreloadedNextTime) {
     const RemoveOnExit dir{temp_path("popularity")};
     StreamingModelOptions o = streaming(48, false, experts::ReaderKind::Auto);

@@ -16,6 +16,8 @@ namespace {
 
 constexpr const char *kForms =
     "a count of experts (N), a share of them (N%), a size (NGB or NMB, GiB or MiB) or auto";
+// --ssd-streaming-host-cache only: the host tier is the model file's mapping.
+constexpr const char *kMapped = "mapped";
 
 std::string lower(std::string s) {
     for (char &c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
@@ -116,13 +118,16 @@ runtime::StreamingModelOptions SsdStreamingFlags::options(runtime::Backend backe
     o.enabled = true;
     // On CUDA, --ssd-streaming-cache-experts is the device tier and --ssd-streaming-host-cache
     // the host tier that feeds it; on the CPU the one cache.
-    o.budget = cuda ? parse_cache_budget(host_budget, "--ssd-streaming-host-cache")
-                    : parse_cache_budget(budget);
     if (cuda) {
+        o.host_mapped = lower(host_budget) == kMapped;
+        if (!o.host_mapped)
+            o.budget = parse_cache_budget(host_budget, "--ssd-streaming-host-cache");
         o.device = parse_cache_budget(budget);
         o.host_tier = true;
+    } else {
+        o.budget = parse_cache_budget(budget);
     }
-    if (o.budget.automatic()) o.mem_available = mem_available_bytes().value_or(0);
+    if (o.budget.automatic() && !o.host_mapped) o.mem_available = mem_available_bytes().value_or(0);
     o.direct_io = !buffered;
     o.reader.kind = reader == "pool"       ? experts::ReaderKind::Pool
                     : reader == "io_uring" ? experts::ReaderKind::IoUring
@@ -148,9 +153,10 @@ namespace {
 
 // CLI11's check of a budget flag: parse_cache_budget's message without the flag's name (CLI11
 // names the option itself).
-CLI::Validator budget_validator(const std::string &flag) {
+CLI::Validator budget_validator(const std::string &flag, bool mapped = false) {
     return CLI::Validator(
-        [flag](std::string &s) -> std::string {
+        [flag, mapped](std::string &s) -> std::string {
+            if (mapped && lower(s) == kMapped) return "";
             try {
                 (void)parse_cache_budget(s, flag);
             } catch (const UsageError &e) {
@@ -160,7 +166,7 @@ CLI::Validator budget_validator(const std::string &flag) {
             }
             return "";
         },
-        "N|N%|NGB|NMB|auto");
+        mapped ? "N|N%|NGB|NMB|auto|mapped" : "N|N%|NGB|NMB|auto");
 }
 
 }  // namespace
@@ -182,9 +188,12 @@ void add_ssd_streaming_options(CLI::App &app, SsdStreamingFlags &f) {
     f.host_budget_opt =
         app.add_option("--ssd-streaming-host-cache", f.host_budget,
                        "SSD streaming on CUDA: the host tier (pinned host memory between the "
-                       "disk and the device tier), in the forms of --ssd-streaming-cache-experts; "
-                       "auto (the default) as the CPU cache's auto")
-            ->check(budget_validator("--ssd-streaming-host-cache"));
+                       "disk and the device tier), in the forms of --ssd-streaming-cache-experts, "
+                       "or mapped: the model file's own mapping, for a file already in memory "
+                       "(no copy; the device tier's misses come from its pages); auto (the "
+                       "default): mapped for a file on tmpfs or ramfs, else as the CPU cache's "
+                       "auto")
+            ->check(budget_validator("--ssd-streaming-host-cache", true));
     app.add_flag("--ssd-streaming-cold", f.cold,
                  "SSD streaming: preload nothing at start (the cache fills as experts are used)");
     f.preload_opt = app.add_option("--ssd-streaming-preload-experts", f.preload,

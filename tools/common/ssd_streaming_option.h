@@ -6,8 +6,9 @@
 //                                         them, NGB / NMB, or auto (the default: MemAvailable -
 //                                         resident - a margin; CUDA: free device memory - 4 GiB
 //                                         - 5% of the device)
-//   --ssd-streaming-host-cache B          CUDA: the host tier feeding the device tier (auto as
-//                                         the CPU cache's)
+//   --ssd-streaming-host-cache B          CUDA: the host tier feeding the device tier (auto:
+//                                         the file's mapping on tmpfs or ramfs, else as the CPU
+//                                         cache's), or mapped (the file's mapping)
 //   --ssd-streaming-cold                  no preload at start
 //   --ssd-streaming-preload-experts N     preload at most N experts (default: the cache, <= 4096)
 //   --ssd-streaming-cache-dir DIR         where the routing popularity is kept

@@ -122,12 +122,27 @@ DeviceExpertTier::DeviceExpertTier(const model::HParams &hp, const model::ModelW
     const std::span<uint8_t> mem = host_.owned_memory();
     if (!mem.empty()) {
         const uint64_t t0 = now_ns();
-        const cudaError_t e = cudaHostRegister(mem.data(), mem.size(), cudaHostRegisterDefault);
+        cudaError_t e = cudaHostRegister(mem.data(), mem.size(), cudaHostRegisterDefault);
+        const char *how = "";
+        if (e != cudaSuccess) {
+            // A read-only mapping (the file's, as the mapped host tier) is registered read-only
+            // where the device supports it: the device only ever reads the host tier.
+            (void)cudaGetLastError();
+            int read_only = 0;
+            int device = 0;
+            if (cudaGetDevice(&device) == cudaSuccess &&
+                cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported,
+                                       device) == cudaSuccess &&
+                read_only != 0) {
+                e = cudaHostRegister(mem.data(), mem.size(), cudaHostRegisterReadOnly);
+                how = " (read-only)";
+            }
+        }
         if (e == cudaSuccess) {
             registered_ = mem.data();
             log_.push_back(
-                fmt::format("CUDA device tier: the host tier's {:.2f} GiB pinned in {:.1f} s",
-                            double(mem.size()) / kGiB, double(now_ns() - t0) / 1e9));
+                fmt::format("CUDA device tier: the host tier's {:.2f} GiB pinned{} in {:.1f} s",
+                            double(mem.size()) / kGiB, how, double(now_ns() - t0) / 1e9));
         } else {
             (void)cudaGetLastError();  // not sticky; clear it
             log_.push_back(fmt::format(
@@ -178,8 +193,12 @@ void DeviceExpertTier::wait_copied() {
     copy_pending_ = false;
 }
 
+void DeviceExpertTier::wait_host_bytes() {
+    if (!host_.bytes_stay_valid()) wait_copied();
+}
+
 void DeviceExpertTier::upload(uint32_t il, uint32_t e, int32_t slot) {
-    wait_copied();  // the previous miss's host bytes end at this get
+    wait_host_bytes();  // the previous miss's host bytes end at this get
     const experts::ExpertBytes b = host_.get(il, e);
     const uint8_t *src[3] = {b.gate, b.up, b.down};
     uint8_t *staging = staging_.as<uint8_t>();
@@ -275,7 +294,7 @@ void DeviceExpertTier::acquire(uint32_t il, std::span<const uint32_t> experts, c
                 filling = experts::ExpertCache::kNone;
                 point(il, e, slot);
             }
-            wait_copied();
+            wait_host_bytes();
             host_.layer_done(il);
             DS4_CUDA_CHECK(cudaEventRecord(uploaded_, copy_));
             DS4_CUDA_CHECK(cudaStreamWaitEvent(s, uploaded_, 0));
@@ -338,7 +357,7 @@ uint64_t DeviceExpertTier::preload(std::span<const experts::ExpertKey> keys) {
             layer = k.layer;
             upload(k.layer, k.expert, slot);
             // The host tier's slot is given back at once: its bytes are on the device.
-            wait_copied();
+            wait_host_bytes();
             host_.layer_done(k.layer);
             filling = experts::ExpertCache::kNone;
             point(k.layer, k.expert, slot);

@@ -2,10 +2,10 @@
 // The device tier of the routed experts streamed on the CUDA backend (docs/SSD_STREAMING.md):
 // slots in device memory, each holding one (layer, expert)'s gate, up and down weights split into
 // the planes the routed kernels read (backend/cuda/expert_planes.h), filled from the host tier
-// (an experts::ExpertSource: the SSD-streaming cache's slots in host memory, pinned here, fed
-// from the disk) on a copy stream; and one expert table per routed tensor
-// (backend/cuda/expert_table.h) that points the kernels at the slots. It moves bytes and does no
-// math: the kernels, and so the bits, are those of the resident weights.
+// (an experts::ExpertSource: the SSD-streaming cache's slots in host memory, fed from the disk,
+// or the file's own mapping when it is in memory; pinned here) on a copy stream; and one expert
+// table per routed tensor (backend/cuda/expert_table.h) that points the kernels at the slots. It
+// moves bytes and does no math: the kernels, and so the bits, are those of the resident weights.
 //
 // A layer pass: acquire(il, experts, s) points the layer's tables at a slot holding each of the
 // experts (uploading the missing ones) and has stream s wait for the uploads; the caller
@@ -14,7 +14,8 @@
 //   stream of the last release (which itself waited for the release before it), so no kernel
 //   reads a slot while it is refilled (the reference engine's wrong-logits bug was exactly that);
 // - a pass's own experts are pinned in the bookkeeping until its release;
-// - the host tier's bytes of a miss are used (their transfer done) before its next get.
+// - the host tier's bytes of a miss are used (their transfer done) before its next get, unless
+//   they stay valid (ExpertSource::bytes_stay_valid: the mapped file).
 // Which slot to reuse is experts::ExpertCache's choice (hotness, then least recently used).
 #include <cuda_runtime.h>
 
@@ -55,7 +56,8 @@ class DeviceExpertTier {
     static Layout layout_of(const model::ModelWeights &w);
 
     // n_slots >= hp.n_expert_used (else ds4::Error), at most every routed expert. The host
-    // tier's own memory (ExpertSource::owned_memory) is registered (pinned) for direct
+    // tier's memory (ExpertSource::owned_memory: a cache's slots, or the mapped file's routed
+    // experts, read-only where the device supports it) is registered (pinned) for direct
     // transfers; a failure to pin is a notice in log(), not an error (the driver then stages
     // each transfer).
     DeviceExpertTier(const model::HParams &hp, const model::ModelWeights &w,
@@ -96,6 +98,10 @@ class DeviceExpertTier {
     void point(uint32_t il, uint32_t e, int32_t slot);
     // The transfer of the last miss is done (its host bytes may go).
     void wait_copied();
+    // wait_copied, unless the host tier's bytes stay valid (the mapped file): the host then
+    // enqueues a pass's misses without waiting, and the compute stream waits for the copy
+    // stream's event.
+    void wait_host_bytes();
     void upload(uint32_t il, uint32_t e, int32_t slot);
     void push_tables(uint32_t il, cudaStream_t s);
     void unpin_pass();

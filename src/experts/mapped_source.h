@@ -1,0 +1,40 @@
+#pragma once
+// A host tier that is the model file's own mapping (SSD streaming on CUDA, `--ssd-streaming-host-
+// cache mapped`, and `auto` for a file on tmpfs or ramfs): every routed expert is read in place,
+// nothing is copied into a cache and nothing is read from the disk by the engine. It is for a file
+// that is already in memory (/dev/shm, or a page cache that holds it): a second copy of the experts
+// in pinned host memory would only halve what fits. The device tier registers the routed range
+// (owned_memory) so that its misses go to the device straight from the file's pages.
+//
+// Every get is a hit; the source counts the selections (for the saved popularity) and nothing else.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "experts/expert_source.h"
+
+namespace ds4::experts {
+
+class MappedHostSource final : public ExpertSource {
+  public:
+    // `mapping` is the file's mapping that `weights` was bound from (every routed tensor lies in
+    // it; ds4::Error otherwise).
+    MappedHostSource(const model::ModelWeights &weights, std::span<const uint8_t> mapping);
+
+    ExpertBytes get(uint32_t layer, uint32_t expert) override;
+    std::vector<uint64_t> selection_counts() const override { return counts_; }
+    bool bytes_stay_valid() const override { return true; }
+    ExpertStats stats() const override;
+    // The pages that hold the routed experts, from the first routed byte's page to the last's.
+    std::span<uint8_t> owned_memory() const override { return routed_; }
+
+  private:
+    std::unique_ptr<ExpertSource> resident_;
+    uint32_t n_expert_ = 0;
+    std::vector<uint64_t> counts_;  // gets per (layer, expert)
+    std::span<uint8_t> routed_;
+    ExpertStats stats_;
+};
+
+}  // namespace ds4::experts
