@@ -132,8 +132,7 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
               (opts.host_mapped || (opts.budget.automatic() && file_in_memory(file.path())));
     experts::ExpertStats st;
     if (mapped_) {
-        source_ = std::make_unique<experts::MappedHostSource>(
-            weights, std::span<const uint8_t>(file.base(), file.file_size()));
+        source_ = std::make_unique<experts::MappedHostSource>(file, weights);
         st = source_->stats();
         log_.push_back(
             opts.host_mapped

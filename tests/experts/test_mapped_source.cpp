@@ -1,11 +1,12 @@
 // The mapped host tier (experts/mapped_source.h): every expert's bytes are handed out in place,
 // inside the range a device backend registers, and equal what pread of the file at the tensor's
 // offset returns (the kernel's read, not the mapping); every get is a hit and a counted selection;
-// an unknown layer or expert, and routed tensors outside the mapping given, are ds4::Error.
+// an unknown layer or expert, and a file whose size changed since it was opened, are ds4::Error.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -18,10 +19,6 @@ using namespace ds4::experts;
 using ds4::test::stream_model;
 
 namespace {
-
-std::span<const uint8_t> whole_mapping(const test::OpenModel &m) {
-    return {m.file->base(), m.file->file_size()};
-}
 
 // n bytes of the file at `offset`, read with pread.
 std::vector<uint8_t> pread_bytes(const std::string &path, uint64_t offset, uint64_t n) {
@@ -41,7 +38,7 @@ std::vector<uint8_t> pread_bytes(const std::string &path, uint64_t offset, uint6
 
 TEST(MappedHostSource, EveryExpertIsTheFilesBytesInPlaceInsideTheRegisteredRange) {
     const test::OpenModel &m = stream_model();
-    MappedHostSource src(m.weights, whole_mapping(m));
+    MappedHostSource src(*m.file, m.weights);
     const std::span<uint8_t> range = src.owned_memory();
     const ExpertGeometry g = expert_geometry(m.weights);
     for (uint32_t il = 0; il < m.n_layer(); ++il) {
@@ -66,7 +63,7 @@ TEST(MappedHostSource, EveryExpertIsTheFilesBytesInPlaceInsideTheRegisteredRange
 
 TEST(MappedHostSource, TheRangeIsWholePages) {
     const test::OpenModel &m = stream_model();
-    MappedHostSource src(m.weights, whole_mapping(m));
+    MappedHostSource src(*m.file, m.weights);
     const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
     EXPECT_EQ(uintptr_t(src.owned_memory().data()) % page, 0u);
     EXPECT_EQ(src.owned_memory().size() % page, 0u);
@@ -75,7 +72,7 @@ TEST(MappedHostSource, TheRangeIsWholePages) {
 
 TEST(MappedHostSource, EveryGetIsAHitAndACountedSelection) {
     const test::OpenModel &m = stream_model();
-    MappedHostSource src(m.weights, whole_mapping(m));
+    MappedHostSource src(*m.file, m.weights);
     (void)src.get(1, 3);
     (void)src.get(1, 3);
     (void)src.get(0, 0);
@@ -98,23 +95,37 @@ TEST(MappedHostSource, EveryGetIsAHitAndACountedSelection) {
 
 TEST(MappedHostSource, UnknownLayerOrExpertIsAnError) {
     const test::OpenModel &m = stream_model();
-    MappedHostSource src(m.weights, whole_mapping(m));
+    MappedHostSource src(*m.file, m.weights);
     EXPECT_THROW((void)src.get(m.n_layer(), 0), Error);
     EXPECT_THROW((void)src.get(0, m.n_expert()), Error);
     EXPECT_EQ(src.stats().gets, 0u);
 }
 
-TEST(MappedHostSource, RoutedTensorsOutsideTheMappingAreRefused) {
-    const test::OpenModel &m = stream_model();
-    // The first layer's gate experts start after this much of the file.
-    const uint64_t first = uint64_t(m.weights.layers[0].ffn_gate_exps->data - m.file->base());
+TEST(MappedHostSource, AFileThatChangedSizeIsRefused) {
+    const test::RemoveOnExit copy{test::write_stream_model("mapped-grown.gguf")};
+    const test::OpenModel m(copy.path);
+    std::FILE *f = std::fopen(copy.path.c_str(), "ab");
+    ASSERT_NE(f, nullptr);
+    std::fputc(0, f);
+    std::fclose(f);
     try {
-        MappedHostSource src(m.weights, {m.file->base(), first});
-        FAIL() << "a mapping without the routed tensors was accepted";
+        MappedHostSource src(*m.file, m.weights);
+        FAIL() << "a file that grew after it was opened was mapped";
     } catch (const Error &e) {
-        EXPECT_NE(std::string(e.what()).find("is not in the file's mapping"), std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("is no longer the size it was opened at"),
+                  std::string::npos)
             << e.what();
     }
+}
+
+// The bytes come from a mapping of the source's own (shared, so a registration pins the file's
+// pages rather than private copies of them), not the engine's.
+TEST(MappedHostSource, TheBytesAreInItsOwnMapping) {
+    const test::OpenModel &m = stream_model();
+    MappedHostSource src(*m.file, m.weights);
+    const ExpertBytes b = src.get(0, 0);
+    EXPECT_NE(b.gate, m.resident->get(0, 0).gate);
+    EXPECT_TRUE(b.gate < m.file->base() || b.gate >= m.file->base() + m.file->file_size());
 }
 
 }  // namespace
