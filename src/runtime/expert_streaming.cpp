@@ -153,6 +153,7 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
         so.n_expert_used = hp.n_expert_used;
         so.direct_io = opts.direct_io;
         so.reader = opts.reader;
+        so.make_reader = opts.make_reader;
         if (so.budget.automatic()) {
             if (opts.mem_available == 0)
                 throw Error(fmt::format(

@@ -10,6 +10,7 @@
 // GGUF reader and the binding read only the header and tensor table, nothing validates tensor
 // contents, and the routed tensors are used only for their offsets and sizes.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -47,6 +48,9 @@ struct StreamingModelOptions {
     // (--ssd-streaming-host-cache mapped), or `auto` for a file on tmpfs or ramfs (already in
     // memory). Only with host_tier.
     bool host_mapped = false;
+    // Tests: replaces the cache's reader (experts::StreamingOptions::make_reader, e.g. a
+    // FaultReader).
+    std::function<std::unique_ptr<experts::ExpertReader>(int fd)> make_reader;
 };
 
 // Whether the file at `path` lies on a file system held in memory (tmpfs, ramfs); false when it

@@ -10,10 +10,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "cuda_test_util.h"
+#include "experts/fault_reader.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "tiny_session_model.h"
@@ -130,6 +134,62 @@ TEST(CudaStreaming, EveryDeviceBudgetGivesTheResidentBitsTokenByToken) {
 TEST(CudaStreaming, Q4KExpertsGiveTheResidentBits) {
     DS4_REQUIRE_CUDA_DEVICE();
     expect_resident_bits(ds4::test::tiny_model(model::QuantMix::Q4, 7), 16);
+}
+
+// Faults of the host tier's reads on the GPU path (experts/fault_reader.h; each fires once): a
+// read error or a file that ends early is a ds4::Error naming the layer and expert, after which
+// the tier holds nothing half-filled or pinned, so a new session on the same model gives the
+// resident bits; a short read is completed to the file's bytes.
+std::string error_of(const std::function<void()> &f) {
+    try {
+        f();
+    } catch (const Error &e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(CudaStreaming, HostTierFaultsAreClearErrorsAndTheModelGoesOn) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    const std::string path = model_32_experts();
+    auto resident = Model::load(path, {.n_threads = 2, .backend = Backend::Cuda});
+    const Trace want = run(*resident, 16, 16, nullptr);
+    const uint64_t floor = resident->hparams().n_expert_used;
+    // Three raw reads an expert (gate, up, down): the first expert's up slab, and reads in later
+    // rounds of the prefill (at 4 device and 8 host slots a 16-token chunk meets most of a
+    // layer's 32 experts, in rounds of 4: hundreds of reads a chunk).
+    for (const experts::FaultPlan plan :
+         {experts::FaultPlan{experts::Fault::ReadError, 2, EIO},
+          experts::FaultPlan{experts::Fault::ReadError, 200, EIO},
+          experts::FaultPlan{experts::Fault::ShortThenEof, 150, EIO},
+          experts::FaultPlan{experts::Fault::ShortOnce, 100, EIO}}) {
+        SCOPED_TRACE(testing::Message() << "fault " << int(plan.fault) << " at read " << plan.nth);
+        ModelOptions mo = streamed(floor, 2 * floor, false);
+        mo.streaming.make_reader = [plan](int fd) {
+            return std::make_unique<experts::FaultReader>(fd, plan);
+        };
+        auto m = Model::load(path, mo);
+        std::string err;
+        Trace got;
+        err = error_of([&] { got = run(*m, 16, 16, &want.decoded); });
+        if (plan.fault == experts::Fault::ShortOnce) {
+            EXPECT_EQ(err, "");
+        } else {
+            EXPECT_NE(err.find(path), std::string::npos) << err;
+            EXPECT_NE(err.find("layer "), std::string::npos) << err;
+            EXPECT_NE(err.find(plan.fault == experts::Fault::ReadError ? "Input/output error"
+                                                                       : "ended after"),
+                      std::string::npos)
+                << err;
+            got = run(*m, 16, 16, &want.decoded);  // a new session: the fault fired once
+        }
+        ASSERT_EQ(got.logits.size(), want.logits.size());
+        for (size_t i = 0; i < want.logits.size(); ++i)
+            ASSERT_EQ(got.logits[i], want.logits[i]) << "evaluation " << i;
+        const auto st = m->device()->tier_stats();
+        ASSERT_TRUE(st.has_value());
+        EXPECT_EQ(st->hits + st->misses, st->acquires);
+    }
 }
 
 // Formats the routed kernels do not read through an expert table are refused with the reason.
