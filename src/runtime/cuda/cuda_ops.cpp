@@ -150,9 +150,14 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     if (const char *g = std::getenv("DS4_CUDA_GRAPHS"); g && std::string(g) == "0")
         use_graphs_ = false;
     if (profile_.on()) use_graphs_ = false;  // events time launched kernels, not a graph's
-    // A streamed layer's experts are known to the host only once its router has run.
+    // A streamed layer's experts are known to the host only once its router has run: a decode
+    // step is captured in segments between the layers' routers (cuda_ops.h), with no fork open
+    // where one ends.
     if (model.expert_tier()) {
-        use_graphs_ = false;
+        for (uint32_t i = 0; i <= hp.n_layer; ++i)
+            segments_.push_back(std::make_unique<DecodeGraph>());
+        use_branches_ = false;
+        use_side_stream_ = false;
         const size_t K = hp_.n_expert_used, n_expert = hp_.n_expert;
         DS4_CUDA_CHECK(cudaMallocHost(&ids_host_, size_t(max_batch) * K * sizeof(int32_t)));
         // At most ceil(n_expert / K) rounds (the tier holds K experts or more), each with its
@@ -315,7 +320,44 @@ void CudaOps::abort_step() {
         comb_pending_ = false;
         (void)cudaStreamWaitEvent(s_, comb_ready_, 0);
     }
-    graph_.abort(s_);
+    graph().abort(s_);
+    if (pass_pending_) {
+        pass_pending_ = false;
+        try {
+            m_.expert_tier()->release(s_);
+        } catch (...) {  // a failing CUDA call; the pass's pins are gone already
+        }
+    }
+}
+
+bool CudaOps::graphs_ready() const {
+    if (segments_.empty()) return graph_.ready();
+    return std::all_of(segments_.begin(), segments_.end(), [](auto &g) { return g->ready(); });
+}
+
+void CudaOps::release_pending_pass() {
+    if (!pass_pending_) return;
+    pass_pending_ = false;
+    m_.expert_tier()->release(s_);
+}
+
+void CudaOps::end_segment() {
+    DecodeGraph &g = graph();
+    if (g.capturing())
+        g.end_capture_and_launch(s_, step_hash_);
+    else if (replay_)
+        g.launch(s_, step_hash_);
+    else
+        throw Error("internal: a decode segment ends without a capture or a replay");
+    release_pending_pass();  // its kernels are in the segment just launched
+    if (segment_ + 1 >= segments_.size())
+        throw Error("internal: a decode step has more segments than layers");
+    ++segment_;
+    step_hash_ = 0xcbf29ce484222325ull;
+}
+
+void CudaOps::begin_segment() {
+    if (!replay_) graph().begin_capture(s_);
 }
 
 bool CudaOps::skipped(const std::string &name) const {
@@ -423,9 +465,10 @@ void CudaOps::begin_batch(std::span<const int32_t> tokens) {
         }
     }
     step_hash_ = 0xcbf29ce484222325ull;
-    replay_ = batch_ == 1 && use_graphs_ && graph_.ready();
+    segment_ = 0;
+    replay_ = batch_ == 1 && use_graphs_ && graphs_ready();
     if (replay_) return;  // the captured copies below run with the graph
-    if (batch_ == 1 && use_graphs_) graph_.begin_capture(s_);
+    if (batch_ == 1 && use_graphs_) graph().begin_capture(s_);
     DS4_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens_host_, tokens.size() * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, s_));
     DS4_CUDA_CHECK(cudaMemcpyAsync(positions_.get(), positions_host_,
@@ -1091,16 +1134,21 @@ void CudaOps::acquire_selected(uint32_t il, const int32_t *ids, int64_t n) {
 
 void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int64_t m,
                          float *slot_out) {
-    if (replaying(kMoeRoutedOp,
-                  {il, reinterpret_cast<uintptr_t>(XN), reinterpret_cast<uintptr_t>(logits),
-                   uint64_t(m), reinterpret_cast<uintptr_t>(slot_out)}))
-        return;
-    if (skipped("moe_routed")) return;
-    // The slots may overwrite the input whose quantization the scratch holds.
-    forget_quantization_if_written(slot_out, size_t(m) * hp_.n_expert_used * hp_.n_embd);
-    // So may the products into its own scratch.
-    forget_quantization_if_written(gate_.as<float>(), gate_.bytes() / sizeof(float));
-    forget_quantization_if_written(up_.as<float>(), up_.bytes() / sizeof(float));
+    const bool replay = replaying(
+        kMoeRoutedOp, {il, reinterpret_cast<uintptr_t>(XN), reinterpret_cast<uintptr_t>(logits),
+                       uint64_t(m), reinterpret_cast<uintptr_t>(slot_out)});
+    // A streamed decode step in segments: the router's kernel ends one (replayed or captured),
+    // the tier's work runs between, the experts' kernels start the next.
+    const bool segmented = !segments_.empty() && use_graphs_ && batch_ == 1 && m == 1;
+    if (replay && !segmented) return;
+    if (!replay && !segmented && skipped("moe_routed")) return;  // a segment ends in it
+    if (!replay) {
+        // The slots may overwrite the input whose quantization the scratch holds.
+        forget_quantization_if_written(slot_out, size_t(m) * hp_.n_expert_used * hp_.n_embd);
+        // So may the products into its own scratch.
+        forget_quantization_if_written(gate_.as<float>(), gate_.bytes() / sizeof(float));
+        forget_quantization_if_written(up_.as<float>(), up_.bytes() / sizeof(float));
+    }
     const model::HParams &hp = hp_;
     const model::LayerWeights &L = m_.weights().layers[il];
     const int K = int(hp.n_expert_used);
@@ -1121,14 +1169,22 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
         // Q8_K experts: the router's launch quantizes their input too.
         const bool x_quantized =
             gate.q8_k_activations() && gate.k == E && size_t(E) <= sc_->q8k_q.bytes();
-        if (x_quantized)
+        if (replay) {  // the router's kernel is in the segment that end_segment launches
+        } else if (x_quantized) {
             cuda::route_experts_q8_K(logits + t * hp.n_expert, p, ids, weights, x, E, q8k_scratch(),
                                      s_);
-        else
+        } else {
             cuda::route_experts(logits + t * hp.n_expert, p, ids, weights, s_);
+        }
         scope.reset();
         std::optional<TierPass> pass;
-        if (DeviceExpertTier *tier = m_.expert_tier()) {
+        if (segmented) {
+            end_segment();
+            acquire_selected(il, ids, K);
+            pass_pending_ = true;  // released once the next segment, with its kernels, is launched
+            begin_segment();
+            if (replay) return;  // the experts' kernels are in the next segment's graph
+        } else if (DeviceExpertTier *tier = m_.expert_tier()) {
             acquire_selected(il, ids, K);
             pass.emplace(*tier, s_);
         }
@@ -1317,10 +1373,14 @@ void CudaOps::flush_moe_sum() {
 void CudaOps::read(const float *x, size_t n, float *host) {
     replaying(12, {reinterpret_cast<uintptr_t>(x), n});
     join_side_stream();
-    if (graph_.capturing())
-        graph_.end_capture_and_launch(s_, step_hash_);
+    DecodeGraph &g = graph();
+    if (!segments_.empty() && (g.capturing() || replay_) && segment_ + 1 != segments_.size())
+        throw Error("internal: a decode step ended before its last segment");
+    if (g.capturing())
+        g.end_capture_and_launch(s_, step_hash_);
     else if (replay_)
-        graph_.launch(s_, step_hash_);
+        g.launch(s_, step_hash_);
+    release_pending_pass();
     replay_ = false;
     DS4_CUDA_CHECK(cudaMemcpyAsync(host, x, n * sizeof(float), cudaMemcpyDeviceToHost, s_));
     DS4_CUDA_CHECK(cudaStreamSynchronize(s_));
@@ -1328,7 +1388,7 @@ void CudaOps::read(const float *x, size_t n, float *host) {
 }
 
 std::shared_ptr<const BackendState> CudaOps::save() const {
-    if (graph_.capturing()) throw Error("CUDA backend: save() during a step");
+    if (capturing()) throw Error("CUDA backend: save() during a step");
     // The state is copied on the main stream; a step that threw may have left branch work.
     DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
     auto st = std::make_shared<CudaState>();
@@ -1401,7 +1461,7 @@ void CudaOps::copy_window_rows(float *rows, uint32_t il, bool to_ring) const {
 }
 
 std::shared_ptr<const BackendState> CudaOps::save_tail() const {
-    if (graph_.capturing()) throw Error("CUDA backend: save_tail() during a step");
+    if (capturing()) throw Error("CUDA backend: save_tail() during a step");
     // The state is copied on the main stream; a step that threw may have left branch work.
     DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
     auto t = std::make_shared<CudaTail>();
@@ -1458,7 +1518,7 @@ void check_window(const cuda::DeviceBuffer &b, const std::vector<float> &host) {
 }  // namespace
 
 void CudaOps::write_state(std::ostream &out) const {
-    if (graph_.capturing()) throw Error("CUDA backend: write_state() during a step");
+    if (capturing()) throw Error("CUDA backend: write_state() during a step");
     // The state is copied on the main stream; a step that threw may have left branch work.
     DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
     const int64_t D = hp_.head_dim, I = hp_.idx_head_dim, W = hp_.sliding_window;

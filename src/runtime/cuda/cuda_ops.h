@@ -16,7 +16,12 @@
 // decode step. Prefill with tensor cores is still to come.
 //
 // With streamed routed experts (a device tier, device_expert_tier.h) the host reads each layer's
-// selected ids to fill the tier before the experts' kernels, so steps run eagerly (no graph).
+// selected ids to fill the tier before the experts' kernels: a decode step then runs as n_layer + 1
+// captured segments, each from one layer's experts to the next layer's router (the first from the
+// step's start, the last to its logits), replayed as the whole step is; between two segments the
+// host reads the ids and the tier uploads its misses, eagerly. A pass's slots are released after
+// the segment holding its kernels is launched. Branches and the side stream are off there (no
+// fork may be open where a segment ends).
 //
 // Everything a step's kernels need that depends on its position is in the StepWords of the
 // token, computed by the host, copied to the device with the tokens, and read there: so the work
@@ -281,6 +286,21 @@ class CudaOps final : public Ops {
     int32_t *tokens_host_ = nullptr;
     int64_t *positions_host_ = nullptr;
     DecodeGraph graph_;
+    // Streamed: the segments of a decode step (see the top), the one being captured or replayed,
+    // and whether a tier pass waits for its release (after its kernels' segment is launched).
+    std::vector<std::unique_ptr<DecodeGraph>> segments_;
+    size_t segment_ = 0;
+    bool pass_pending_ = false;
+    DecodeGraph &graph() { return segments_.empty() ? graph_ : *segments_[segment_]; }
+    bool graphs_ready() const;
+    bool capturing() const {
+        return segments_.empty() ? graph_.capturing() : segments_[segment_]->capturing();
+    }
+    // At a streamed layer's router: the segment so far is launched (its capture ended, or its
+    // graph replayed) and the last pass released; the next segment starts after the tier's work.
+    void end_segment();
+    void begin_segment();
+    void release_pending_pass();
     OpProfile profile_;
     bool use_graphs_ = true, replay_ = false;
     uint64_t step_hash_ = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -27,6 +28,7 @@ void DecodeGraph::end_capture_and_launch(cudaStream_t stream, uint64_t step_hash
     nodes_ = 0;
     DS4_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes_));
     count_edges(graph);
+    if (exec_) cudaGraphExecDestroy(std::exchange(exec_, nullptr));  // a capture again
     const cudaError_t e = cudaGraphInstantiate(&exec_, graph, 0);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
