@@ -19,27 +19,9 @@ namespace ds4::experts {
 MappedHostSource::MappedHostSource(const gguf::File &file, const model::ModelWeights &weights)
     : resident_(make_resident_source(weights)), engine_base_(file.base()), size_(file.file_size()) {
     if (weights.layers.empty()) throw Error("mapped host tier: the model has no layers");
-    const int fd = ::open(file.path().c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        throw Error(
-            fmt::format("mapped host tier: cannot open {}: {}", file.path(), std::strerror(errno)));
-    struct stat st {};
-    const bool same_size = ::fstat(fd, &st) == 0 && uint64_t(st.st_size) == size_;
-    void *map = same_size ? ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-    const int map_errno = errno;
-    ::close(fd);  // the mapping keeps the file
-    if (!same_size)
-        throw Error(
-            fmt::format("mapped host tier: {} is no longer the size it was opened at ({} "
-                        "bytes)",
-                        file.path(), size_));
-    if (map == MAP_FAILED)
-        throw Error(fmt::format("mapped host tier: cannot map {}: {}", file.path(),
-                                std::strerror(map_errno)));
-    base_ = static_cast<uint8_t *>(map);
-
     const model::LayerWeights &first = weights.layers[0];
     n_expert_ = uint32_t(first.ffn_gate_exps->ne[2]);
+    if (n_expert_ == 0) throw Error("mapped host tier: the model has no routed experts");
     counts_.assign(weights.layers.size() * size_t(n_expert_), 0);
     uint64_t lo = size_, hi = 0;
     for (const model::LayerWeights &L : weights.layers)
@@ -48,6 +30,32 @@ MappedHostSource::MappedHostSource(const gguf::File &file, const model::ModelWei
             lo = std::min(lo, off);
             hi = std::max(hi, off + t->n_bytes);
         }
+
+    // Last, so that nothing can throw once the mapping exists (the destructor unmaps it).
+    const int fd = ::open(file.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        throw Error(
+            fmt::format("mapped host tier: cannot open {}: {}", file.path(), std::strerror(errno)));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        const int e = errno;
+        ::close(fd);
+        throw Error(
+            fmt::format("mapped host tier: cannot stat {}: {}", file.path(), std::strerror(e)));
+    }
+    if (uint64_t(st.st_size) != size_) {
+        ::close(fd);
+        throw Error(fmt::format(
+            "mapped host tier: {} is no longer the size it was opened at ({} bytes, now {})",
+            file.path(), size_, uint64_t(st.st_size)));
+    }
+    void *map = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+    const int map_errno = errno;
+    ::close(fd);  // the mapping keeps the file
+    if (map == MAP_FAILED)
+        throw Error(fmt::format("mapped host tier: cannot map {}: {}", file.path(),
+                                std::strerror(map_errno)));
+    base_ = static_cast<uint8_t *>(map);
     // Whole pages (a registration pins pages); the mapping itself covers whole pages.
     const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
     lo = lo / page * page;

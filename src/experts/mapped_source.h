@@ -28,7 +28,9 @@ namespace ds4::experts {
 class MappedHostSource final : public ExpertSource {
   public:
     // `file` is the mapping `weights` was bound from; its path is mapped again. Throws ds4::Error
-    // when the file cannot be opened or mapped, or its size is no longer the one `file` mapped.
+    // when the file cannot be opened or mapped, or its size is no longer the one `file` mapped
+    // (a file replaced by another of the same size in between is not told apart: the model's
+    // load makes this source right after opening the file).
     MappedHostSource(const gguf::File &file, const model::ModelWeights &weights);
     ~MappedHostSource() override;
     MappedHostSource(const MappedHostSource &) = delete;

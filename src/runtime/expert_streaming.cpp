@@ -128,6 +128,10 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
     const uint64_t n_total = uint64_t(hp.n_layer) * hp.n_expert;
     const char *cache = opts.host_tier ? "host tier" : "cache";
 
+    if (opts.host_mapped && (!opts.host_tier || !opts.budget.automatic()))
+        throw Error(
+            "SSD streaming: a mapped host tier is the CUDA backend's host tier, without a "
+            "budget of its own");
     mapped_ = opts.host_tier &&
               (opts.host_mapped || (opts.budget.automatic() && file_in_memory(file.path())));
     experts::ExpertStats st;
@@ -147,6 +151,10 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
             "file's pages (no copy in host memory, no reads by the engine)",
             size_text(double(resident_bytes_)), resident_bytes_, size_text(double(routed_bytes_)),
             hp.n_layer, hp.n_expert, double(st.expert_bytes) / kMiB));
+        if (opts.reader.kind != experts::ReaderKind::Auto || !opts.direct_io)
+            log_.push_back(
+                "SSD streaming: notice: the reader's options (--ssd-streaming-reader, "
+                "--ssd-streaming-buffered) have no effect: the mapped host tier reads nothing");
     } else {
         experts::StreamingOptions so;
         so.budget = opts.budget;

@@ -167,9 +167,13 @@ def test_flags_need_ssd_streaming(tool, model, cache_dir, name):
         last_line(p)
     p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-host-cache", "0")
     assert p.returncode == 2 and "--ssd-streaming-host-cache" in last_line(p), p.stderr
-    # mapped is a host tier's form only.
+    # mapped is a host tier's form only, and the host tier's refusal names it.
     p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-cache-experts", "mapped")
     assert p.returncode == 2 and "--ssd-streaming-cache-experts" in last_line(p), p.stderr
+    assert "mapped" not in last_line(p).split("got")[0], last_line(p)
+    p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-host-cache", "banana")
+    assert p.returncode == 2, p.stderr
+    assert "a size (NGB or NMB, GiB or MiB), auto or mapped, got 'banana'" in last_line(p), last_line(p)
     p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-cold", "--ssd-streaming-preload-experts", "3")
     assert p.returncode == 2 and "exclude each other" in last_line(p), p.stderr
     p = run(tool, name, *base, "--ssd-streaming", "--ssd-streaming-reader", "mmap")

@@ -7,10 +7,13 @@
 // and token by token, then in decode steps. The oracle is the resident CUDA backend, which
 // test_cuda_model.cpp compares with the CPU; what this adds is that moving the bytes through slots
 // changes nothing.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -106,8 +109,18 @@ void expect_resident_bits(const std::string &path, uint32_t chunk) {
                 // it has room.
                 EXPECT_EQ(st->preloaded, preload ? std::min({d, h ? h : total, total}) : 0u);
                 if (h == 0) {
-                    EXPECT_EQ(m->streaming()->source().stats().hits,
-                              m->streaming()->source().stats().gets);
+                    // The file's pages are pinned read-only where the device can (a failure
+                    // would leave the bits but stage every transfer through the driver).
+                    int read_only = 0;
+                    ASSERT_EQ(cudaDeviceGetAttribute(&read_only,
+                                                     cudaDevAttrHostRegisterReadOnlySupported, 0),
+                              cudaSuccess);
+                    if (read_only != 0) {
+                        const std::vector<std::string> log = m->device()->tier_log();
+                        EXPECT_TRUE(std::any_of(log.begin(), log.end(), [](const std::string &l) {
+                            return l.find("pinned (read-only)") != std::string::npos;
+                        }));
+                    }
                 }
                 if (!preload) {
                     EXPECT_GT(st->misses, 0u);
@@ -143,17 +156,29 @@ TEST(CudaStreaming, HostTierFaultsAreClearErrorsAndTheModelGoesOn) {
     DS4_REQUIRE_CUDA_DEVICE();
     const std::string path = model_32_experts();
     auto resident = Model::load(path, {.n_threads = 2, .backend = Backend::Cuda});
-    const Trace want = run(*resident, 16, 16, nullptr);
+    // In chunks of 16 (the prefill's rounds), and of 1: every token a one-token step, so the
+    // faults then come between two captured segments (or their replays).
+    const Trace want16 = run(*resident, 16, 16, nullptr), want1 = run(*resident, 1, 16, nullptr);
     const uint64_t floor = resident->hparams().n_expert_used;
     // Three raw reads an expert (gate, up, down): the first expert's up slab, and reads in later
     // rounds of the prefill (at 4 device and 8 host slots a 16-token chunk meets most of a
-    // layer's 32 experts, in rounds of 4: hundreds of reads a chunk).
-    for (const experts::FaultPlan plan :
-         {experts::FaultPlan{experts::Fault::ReadError, 2, EIO},
-          experts::FaultPlan{experts::Fault::ReadError, 200, EIO},
-          experts::FaultPlan{experts::Fault::ShortThenEof, 150, EIO},
-          experts::FaultPlan{experts::Fault::ShortOnce, 100, EIO}}) {
-        SCOPED_TRACE(testing::Message() << "fault " << int(plan.fault) << " at read " << plan.nth);
+    // layer's 32 experts, in rounds of 4: hundreds of reads a chunk); token by token, a step
+    // misses most of its 4 experts a layer, a few dozen reads a step.
+    struct Case {
+        uint32_t chunk;
+        experts::FaultPlan plan;
+    };
+    for (const Case c : {Case{16, {experts::Fault::ReadError, 2, EIO}},
+                         Case{16, {experts::Fault::ReadError, 200, EIO}},
+                         Case{16, {experts::Fault::ShortThenEof, 150, EIO}},
+                         Case{16, {experts::Fault::ShortOnce, 100, EIO}},
+                         Case{1, {experts::Fault::ReadError, 300, EIO}},
+                         Case{1, {experts::Fault::ShortThenEof, 400, EIO}},
+                         Case{1, {experts::Fault::ShortOnce, 350, EIO}}}) {
+        const experts::FaultPlan plan = c.plan;
+        const Trace &want = c.chunk == 1 ? want1 : want16;
+        SCOPED_TRACE(testing::Message() << "chunk " << c.chunk << ", fault " << int(plan.fault)
+                                        << " at read " << plan.nth);
         ModelOptions mo = streamed(floor, 2 * floor, false);
         mo.streaming.make_reader = [plan](int fd) {
             return std::make_unique<experts::FaultReader>(fd, plan);
@@ -162,7 +187,7 @@ TEST(CudaStreaming, HostTierFaultsAreClearErrorsAndTheModelGoesOn) {
         std::string err;
         Trace got;
         try {
-            got = run(*m, 16, 16, &want.decoded);
+            got = run(*m, c.chunk, 16, &want.decoded);
         } catch (const Error &e) {
             err = e.what();
         }
@@ -175,7 +200,7 @@ TEST(CudaStreaming, HostTierFaultsAreClearErrorsAndTheModelGoesOn) {
                                                                        : "ended after"),
                       std::string::npos)
                 << err;
-            got = run(*m, 16, 16, &want.decoded);  // a new session: the fault fired once
+            got = run(*m, c.chunk, 16, &want.decoded);  // a new session: the fault fired once
         }
         ASSERT_EQ(got.logits.size(), want.logits.size());
         for (size_t i = 0; i < want.logits.size(); ++i)
@@ -184,6 +209,30 @@ TEST(CudaStreaming, HostTierFaultsAreClearErrorsAndTheModelGoesOn) {
         ASSERT_TRUE(st.has_value());
         EXPECT_EQ(st->hits + st->misses, st->acquires);
     }
+}
+
+// A streamed decode step is captured in n_layer + 1 segments at the first step and replayed after
+// (DS4_CUDA_GRAPH_NODES makes the session's end say so), with the resident bits.
+TEST(CudaStreaming, DecodeStepsReplayCapturedSegments) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    const std::string path = model_32_experts();
+    auto resident = Model::load(path, {.n_threads = 2, .backend = Backend::Cuda});
+    const model::HParams hp = resident->hparams();
+    const int steps = 16;
+    const Trace want = run(*resident, 16, steps, nullptr);
+    auto m = Model::load(path, streamed(2 * hp.n_expert_used, 0, true));
+    ::setenv("DS4_CUDA_GRAPH_NODES", "1", 1);
+    testing::internal::CaptureStderr();
+    const Trace got = run(*m, 16, steps, &want.decoded);  // its session ends inside
+    const std::string err = testing::internal::GetCapturedStderr();
+    ::unsetenv("DS4_CUDA_GRAPH_NODES");
+    ASSERT_EQ(got.logits.size(), want.logits.size());
+    for (size_t i = 0; i < want.logits.size(); ++i)
+        ASSERT_EQ(got.logits[i], want.logits[i]) << "evaluation " << i;
+    EXPECT_NE(err.find(fmt::format("CUDA decode graph: {} segments", hp.n_layer + 1)),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find(fmt::format("replayed {} times", steps - 1)), std::string::npos) << err;
 }
 
 // Formats the routed kernels do not read through an expert table are refused with the reason.

@@ -16,6 +16,9 @@ namespace {
 
 constexpr const char *kForms =
     "a count of experts (N), a share of them (N%), a size (NGB or NMB, GiB or MiB) or auto";
+constexpr const char *kHostForms =
+    "a count of experts (N), a share of them (N%), a size (NGB or NMB, GiB or MiB), auto or "
+    "mapped";
 // --ssd-streaming-host-cache only: the host tier is the model file's mapping.
 constexpr const char *kMapped = "mapped";
 
@@ -31,10 +34,12 @@ bool ends_with(const std::string &s, const std::string &suffix) {
 
 }  // namespace
 
-experts::ExpertBudget parse_cache_budget(const std::string &text, const std::string &flag) {
+experts::ExpertBudget parse_cache_budget(const std::string &text, const std::string &flag,
+                                         bool host_forms) {
     const std::string t = lower(text);
     auto bad = [&] {
-        return UsageError(fmt::format("{}: must be {}, got {}", flag, kForms, quoted_arg(text)));
+        return UsageError(fmt::format("{}: must be {}, got {}", flag,
+                                      host_forms ? kHostForms : kForms, quoted_arg(text)));
     };
     if (t == "auto") return {};
     if (ends_with(t, "%")) {
@@ -121,7 +126,7 @@ runtime::StreamingModelOptions SsdStreamingFlags::options(runtime::Backend backe
     if (cuda) {
         o.host_mapped = lower(host_budget) == kMapped;
         if (!o.host_mapped)
-            o.budget = parse_cache_budget(host_budget, "--ssd-streaming-host-cache");
+            o.budget = parse_cache_budget(host_budget, "--ssd-streaming-host-cache", true);
         o.device = parse_cache_budget(budget);
         o.host_tier = true;
     } else {
@@ -158,7 +163,7 @@ CLI::Validator budget_validator(const std::string &flag, bool mapped = false) {
         [flag, mapped](std::string &s) -> std::string {
             if (mapped && lower(s) == kMapped) return "";
             try {
-                (void)parse_cache_budget(s, flag);
+                (void)parse_cache_budget(s, flag, mapped);
             } catch (const UsageError &e) {
                 std::string m = e.what();
                 const std::string prefix = flag + ": ";

@@ -26,9 +26,11 @@ namespace ds4::tools {
 
 // "2427", "10%" (of the routed experts), "16GB" / "16G" / "16GiB", "512MB" / "512M" / "512MiB"
 // (GB and MB mean GiB and MiB, as in the reference; a fraction is allowed for sizes and shares),
-// "auto" (case-insensitive). Throws UsageError naming the forms, after `flag`.
+// "auto" (case-insensitive). Throws UsageError naming the forms, after `flag` (host_forms: the
+// host tier's, which name `mapped` too; the caller handles that one).
 experts::ExpertBudget parse_cache_budget(const std::string &text,
-                                         const std::string &flag = "--ssd-streaming-cache-experts");
+                                         const std::string &flag = "--ssd-streaming-cache-experts",
+                                         bool host_forms = false);
 
 struct SsdStreamingFlags {
     bool on = false, cold = false, buffered = false;

@@ -283,6 +283,17 @@ CudaOps::~CudaOps() {
     if (std::getenv("DS4_CUDA_GRAPH_NODES") && graph_.nodes())
         fmt::print(stderr, "CUDA decode graph: {} nodes per step, {} edges ({} programmatic)\n",
                    graph_.nodes(), graph_.edges(), graph_.programmatic_edges());
+    if (std::getenv("DS4_CUDA_GRAPH_NODES") && !segments_.empty() && segments_[0]->nodes()) {
+        size_t nodes = 0, edges = 0;
+        for (const auto &g : segments_) {
+            nodes += g->nodes();
+            edges += g->edges();
+        }
+        fmt::print(stderr,
+                   "CUDA decode graph: {} segments, {} nodes per step, {} edges; the first "
+                   "segment replayed {} times\n",
+                   segments_.size(), nodes, edges, segments_[0]->replays());
+    }
     if (tokens_host_) cudaFreeHost(tokens_host_);
     if (ids_host_) cudaFreeHost(ids_host_);
     if (rounds_host_) cudaFreeHost(rounds_host_);
@@ -321,13 +332,7 @@ void CudaOps::abort_step() {
         (void)cudaStreamWaitEvent(s_, comb_ready_, 0);
     }
     graph().abort(s_);
-    if (pass_pending_) {
-        pass_pending_ = false;
-        try {
-            m_.expert_tier()->release(s_);
-        } catch (...) {  // a failing CUDA call; the pass's pins are gone already
-        }
-    }
+    drop_pending_pass();
 }
 
 bool CudaOps::graphs_ready() const {
@@ -341,14 +346,33 @@ void CudaOps::release_pending_pass() {
     m_.expert_tier()->release(s_);
 }
 
+// Drops a pass whose kernels were never launched (their segment failed): no kernel reads its
+// slots, so they may go at once; never throws (it runs while an error propagates).
+void CudaOps::drop_pending_pass() noexcept {
+    if (!pass_pending_) return;
+    pass_pending_ = false;
+    try {
+        m_.expert_tier()->release(s_);
+    } catch (...) {  // a failing CUDA call; the pass's pins are gone already
+    }
+}
+
 void CudaOps::end_segment() {
     DecodeGraph &g = graph();
-    if (g.capturing())
-        g.end_capture_and_launch(s_, step_hash_);
-    else if (replay_)
-        g.launch(s_, step_hash_);
-    else
-        throw Error("internal: a decode segment ends without a capture or a replay");
+    try {
+        if (g.capturing())
+            g.end_capture_and_launch(s_, step_hash_);
+        else if (replay_)
+            g.launch(s_, step_hash_);
+        else
+            throw Error("internal: a decode segment ends without a capture or a replay");
+    } catch (...) {
+        // The last pass's kernels are in the segment that did not run: another session on the
+        // model must not find the pass open.
+        g.abort(s_);
+        drop_pending_pass();
+        throw;
+    }
     release_pending_pass();  // its kernels are in the segment just launched
     if (segment_ + 1 >= segments_.size())
         throw Error("internal: a decode step has more segments than layers");
@@ -1182,7 +1206,12 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
             end_segment();
             acquire_selected(il, ids, K);
             pass_pending_ = true;  // released once the next segment, with its kernels, is launched
-            begin_segment();
+            try {
+                begin_segment();
+            } catch (...) {
+                drop_pending_pass();
+                throw;
+            }
             if (replay) return;  // the experts' kernels are in the next segment's graph
         } else if (DeviceExpertTier *tier = m_.expert_tier()) {
             acquire_selected(il, ids, K);

@@ -301,6 +301,7 @@ class CudaOps final : public Ops {
     void end_segment();
     void begin_segment();
     void release_pending_pass();
+    void drop_pending_pass() noexcept;
     OpProfile profile_;
     bool use_graphs_ = true, replay_ = false;
     uint64_t step_hash_ = 0;

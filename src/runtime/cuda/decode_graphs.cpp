@@ -36,6 +36,7 @@ void DecodeGraph::end_capture_and_launch(cudaStream_t stream, uint64_t step_hash
         DS4_CUDA_CHECK(e);
     }
     hash_ = step_hash;
+    replays_ = 0;
     DS4_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
 }
 

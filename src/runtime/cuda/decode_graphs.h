@@ -38,6 +38,7 @@ class DecodeGraph {
     size_t nodes() const { return nodes_; }
     size_t edges() const { return edges_; }
     size_t programmatic_edges() const { return programmatic_edges_; }
+    long replays() const { return replays_; }  // launches of the kept graph since its capture
 
   private:
     void count_edges(cudaGraph_t graph);

@@ -123,19 +123,25 @@ DeviceExpertTier::DeviceExpertTier(const model::HParams &hp, const model::ModelW
     if (!mem.empty()) {
         const uint64_t t0 = now_ns();
         cudaError_t e = cudaHostRegister(mem.data(), mem.size(), cudaHostRegisterDefault);
-        const char *how = "";
+        std::string how, why;
         if (e != cudaSuccess) {
-            // A read-only mapping (the file's, as the mapped host tier) is registered read-only
-            // where the device supports it: the device only ever reads the host tier.
-            (void)cudaGetLastError();
+            why = cudaGetErrorString(e);
+            (void)cudaGetLastError();  // not sticky; clear it
+            // Memory nobody writes (the mapped file, whose mapping is read-only) is registered
+            // read-only where the device supports it: the device only reads the host tier. Not a
+            // cache the host writes after the pin: a read-only pin may keep the pages it found.
             int read_only = 0;
             int device = 0;
-            if (cudaGetDevice(&device) == cudaSuccess &&
+            if (host_.bytes_stay_valid() && cudaGetDevice(&device) == cudaSuccess &&
                 cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported,
                                        device) == cudaSuccess &&
                 read_only != 0) {
                 e = cudaHostRegister(mem.data(), mem.size(), cudaHostRegisterReadOnly);
                 how = " (read-only)";
+                if (e != cudaSuccess) {
+                    why += fmt::format("; read-only: {}", cudaGetErrorString(e));
+                    (void)cudaGetLastError();
+                }
             }
         }
         if (e == cudaSuccess) {
@@ -144,11 +150,10 @@ DeviceExpertTier::DeviceExpertTier(const model::HParams &hp, const model::ModelW
                 fmt::format("CUDA device tier: the host tier's {:.2f} GiB pinned{} in {:.1f} s",
                             double(mem.size()) / kGiB, how, double(now_ns() - t0) / 1e9));
         } else {
-            (void)cudaGetLastError();  // not sticky; clear it
             log_.push_back(fmt::format(
                 "CUDA device tier: notice: pinning the host tier's {:.2f} GiB failed ({}); "
                 "transfers go through the driver's staging (slower)",
-                double(mem.size()) / kGiB, cudaGetErrorString(e)));
+                double(mem.size()) / kGiB, why));
         }
     }
 }
