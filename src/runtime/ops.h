@@ -66,6 +66,9 @@ class Ops {
     virtual void release(size_t mark) = 0;
     // The batch's positions are now in the attention state.
     virtual void end_batch() = 0;
+    // A step threw: let go at once of what it holds that another session of the model may need
+    // (a streamed pass's device slots, an open graph capture). Never throws.
+    virtual void abort_step() noexcept {}
 
     // X (n x n_hc x n_embd): every stream of every token starts as its embedding.
     virtual void embed(float *X) = 0;

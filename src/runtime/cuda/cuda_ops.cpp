@@ -313,7 +313,7 @@ void CudaOps::join_side_stream() {
     DS4_CUDA_CHECK(cudaStreamWaitEvent(s_, comb_ready_, 0));
 }
 
-void CudaOps::abort_step() {
+void CudaOps::abort_step() noexcept {
     // A capture's forked work must be joined before the capture can end: all of the branch's
     // (an exception may come in a branch, or while the attention core adds its compressors).
     if (in_branch_ || branch_open_) {

@@ -64,6 +64,9 @@ class CudaOps final : public Ops {
     size_t mark() const override { return top_; }
     void release(size_t mark) override { top_ = mark; }
     void end_batch() override;
+    // Joins the side stream, drops a capture an exception left open and a streamed pass whose
+    // kernels never ran (also at the start of every batch).
+    void abort_step() noexcept override;
 
     void embed(float *X) override;
     void linear(model::Tensor w, const float *X, float *Y, int64_t m) override;
@@ -221,8 +224,6 @@ class CudaOps final : public Ops {
     ProfileScope weight_scope(const char *op, model::Tensor w, double m);
     // The main stream waits for the side stream's pending work (hc_pre's Sinkhorn passes).
     void join_side_stream();
-    // Joins the side stream and drops a capture an exception left open.
-    void abort_step();
     // The main stream waits for a joined branch's work (join_branch), once.
     void settle_branch();
     // Whether begin_branch runs a branch on its own stream (a one-token step).
