@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "experts/streaming_source.h"
 #include "gguf/gguf_file.h"
 #include "model/weights.h"
 
@@ -23,6 +24,7 @@ MappedHostSource::MappedHostSource(const gguf::File &file, const model::ModelWei
     n_expert_ = uint32_t(first.ffn_gate_exps->ne[2]);
     if (n_expert_ == 0) throw Error("mapped host tier: the model has no routed experts");
     counts_.assign(weights.layers.size() * size_t(n_expert_), 0);
+    const uint64_t payload = expert_geometry(weights).payload();  // throws for unequal experts
     uint64_t lo = size_, hi = 0;
     for (const model::LayerWeights &L : weights.layers)
         for (const model::Tensor t : {L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps}) {
@@ -65,9 +67,7 @@ MappedHostSource::MappedHostSource(const gguf::File &file, const model::ModelWei
     stats_.streaming = true;
     stats_.reader = "the file's mapping";
     stats_.entries = counts_.size();
-    stats_.expert_bytes =
-        (first.ffn_gate_exps->n_bytes + first.ffn_up_exps->n_bytes + first.ffn_down_exps->n_bytes) /
-        n_expert_;
+    stats_.expert_bytes = payload;
     stats_.slot_bytes = stats_.expert_bytes;
 }
 

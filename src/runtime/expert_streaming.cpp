@@ -197,9 +197,8 @@ ExpertStreaming::ExpertStreaming(const gguf::File &file, const model::HParams &h
             st.entries == n_total ? ": every expert fits" : ""));
         log_.push_back(fmt::format(
             "SSD streaming: resident (mapped): the non-routed weights, {} ({} bytes); streamed: "
-            "the "
-            "routed experts, {} ({} layers x {} experts x {:.2f} MiB), read from the file into the "
-            "cache, never through the mapping (no full residency, no warm-up)",
+            "the routed experts, {} ({} layers x {} experts x {:.2f} MiB), read from the file into "
+            "the cache, never through the mapping (no full residency, no warm-up)",
             size_text(double(resident_bytes_)), resident_bytes_, size_text(double(routed_bytes_)),
             hp.n_layer, hp.n_expert, double(st.expert_bytes) / kMiB));
         const bool pool = std::string(st.reader) != "io_uring";
