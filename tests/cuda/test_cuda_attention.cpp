@@ -91,7 +91,8 @@ TEST_P(CudaAttention, ScoresAndMixEqualCpu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Values(Case{64, 512, 640}, Case{64, 512, 1}, Case{64, 512, 131},
                                            Case{3, 64, 17}, Case{13, 96, 200},
-                                           Case{8, 512, 2500}),  // rows beyond one tile
+                                           Case{8, 512, 2500},   // rows beyond one tile
+                                           Case{40, 1088, 37}),  // past the staged scores' d
                          [](const auto &info) {
                              return std::to_string(info.param.n_heads) + "heads_" +
                                     std::to_string(info.param.d) + "d_" +

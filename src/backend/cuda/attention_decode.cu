@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
@@ -156,6 +157,86 @@ void launch_scores(const float *q, const float *rows, int64_t n_rows, int64_t n_
                   n_rows_dev, tokens.word_stride, visible);
 }
 
+// One token's scores with all of a block's operands in flight at once. The tiled kernel above
+// keeps one chunk of 32 dims in flight a block, so a one-token step waits for d / 32 round trips
+// to memory one after another (and a 2K context's ratio-128 layers, 144 rows, fill 9 blocks).
+// Here a block scores 32 heads (4 warps of 8) against 16 rows (2 warps of 8), each warp one
+// m8n8 fragment; the block's q rows and rows, as floats in shared memory, arrive by cp.async in
+// groups of 128 dims, all issued before the first is multiplied. Each score is the same chain of
+// d / 4 k steps in dim order as above (a fragment's value converted to double where it is
+// read), so the bits are the tiled kernel's.
+constexpr int kStagedHeads = 32, kStagedRows = 16, kStageDims = 128;
+constexpr int64_t kStagedMaxD = 1024;  // (32 + 16) (d + 4) floats of shared memory
+
+constexpr size_t staged_scores_smem(int64_t d) {
+    return sizeof(float) * (kStagedHeads + kStagedRows) * size_t(d + 4);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    scores_staged_kernel(const float *__restrict__ q, const float *__restrict__ rows,
+                         int64_t n_rows, int64_t n_heads, int64_t d, float *__restrict__ scores,
+                         const int64_t *__restrict__ n_rows_dev, int64_t word_stride,
+                         VisibleRows visible) {
+    dev::wait_for_previous_kernels();
+    {  // the token of a batch (AttentionTokens)
+        const int64_t t = blockIdx.z;
+        q += t * n_heads * d, rows += t * n_rows * d, scores += t * n_heads * n_rows;
+        if (n_rows_dev) n_rows_dev += t * word_stride;
+    }
+    if (n_rows_dev) n_rows = *n_rows_dev;  // also a head's stride in scores, as mix reads them
+    const int64_t j0 = int64_t(blockIdx.x) * kStagedRows, h0 = int64_t(blockIdx.y) * kStagedHeads;
+    if (j0 >= n_rows) return;
+    extern __shared__ float4 scores_smem[];
+    const int ld = int(d) + 4;  // a staged row's floats: fragment lanes 4 banks apart per row
+    float *sq = reinterpret_cast<float *>(scores_smem), *sr = sq + kStagedHeads * ld;
+    __shared__ const float *row_at[kStagedRows];
+    const int n_valid = int(min(int64_t(kStagedRows), n_rows - j0));
+    const int h_valid = int(min(int64_t(kStagedHeads), n_heads - h0));
+    const int vecs = int(d / 4), n_stages = int((d + kStageDims - 1) / kStageDims);
+    constexpr int kStageVecs = kStageDims / 4;
+    // Stage s of r rows from row(r): 16-byte pieces, zeros past the valid rows.
+    const auto issue = [&](float *dst, int n_rows_tile, int valid, int s, auto row) {
+        for (int i = int(threadIdx.x); i < n_rows_tile * kStageVecs; i += kThreads) {
+            const int r = i / kStageVecs, c = s * kStageVecs + i % kStageVecs;
+            if (c >= vecs) continue;
+            float *to = dst + r * ld + 4 * c;
+            if (r < valid)
+                dev::copy_16_async(to, row(r) + 4 * c, true);
+            else
+                *reinterpret_cast<float4 *>(to) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    };
+    const auto q_row = [&](int r) { return q + (h0 + r) * d; };
+    const auto kv_row = [&](int r) { return row_at[r]; };
+    issue(sq, kStagedHeads, h_valid, 0, q_row);  // q's first stage while the row words are read
+    if (threadIdx.x < n_valid) row_at[threadIdx.x] = RowMap(rows, d, visible).row(j0 + threadIdx.x);
+    __syncthreads();
+    for (int s = 0; s < n_stages; ++s) {
+        if (s > 0) issue(sq, kStagedHeads, h_valid, s, q_row);
+        issue(sr, kStagedRows, n_valid, s, kv_row);
+        dev::commit_async_copies();
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int wm = warp % 4, wn = warp / 4;
+    const float *a = sq + (8 * wm + g) * ld + c, *b = sr + (8 * wn + g) * ld + c;
+    double acc[2] = {};
+    for (int s = 0; s < n_stages; ++s) {
+        dev::wait_async_copies(n_stages - 1 - s);
+        __syncthreads();
+        const int k_end = int(min(d, int64_t(s + 1) * kStageDims));
+#pragma unroll 8
+        for (int k = s * kStageDims; k < k_end; k += 4)
+            dev::mma_f64(acc, double(a[k]), double(b[k]));
+    }
+    const int h = 8 * wm + g;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int j = 8 * wn + 2 * c + i;
+        if (h < h_valid && j < n_valid)
+            scores[(h0 + h) * n_rows + j0 + j] = static_cast<float>(acc[i]);
+    }
+}
+
 constexpr int kMixThreads = kThreads;
 constexpr int kMixStage = 8192;  // floats of rows staged at a time (32 KiB)
 
@@ -266,6 +347,116 @@ __global__ void __launch_bounds__(kMixThreads)
             const int64_t dim = d0 + lane + 32 * w;
             if (head[u] && dim < d) o[(h0 + u) * d + dim] = __fdiv_rn(acc[u][w], den[u]);
         }
+}
+
+// One token's mix with its rows in flight ahead of use: mix_kernel<1, 1>'s blocks, warps and
+// arithmetic (warp w: head h0 + w, lane l: dim d0 + l, the same sums in row order, so the same
+// bits), but a tile of 256 rows (their 32 dims of the block) and its 8 heads' scores come by
+// cp.async into one of two buffers, all of a thread's pieces at once, the next tile's while this
+// one is summed; the max reads 8 scores a lane at a time. mix_kernel staged each tile through
+// registers in a loop, a few loads in flight, a round trip to memory after another. d % 32 == 0.
+constexpr int kStagedTile = 256;
+constexpr size_t kStagedMixSmem = sizeof(float) * 2 * kStagedTile * (32 + kWarps);
+
+__global__ void __launch_bounds__(kMixThreads)
+    mix_staged_kernel(const float *__restrict__ scores, const float *__restrict__ rows,
+                      int64_t n_rows, const float *__restrict__ sinks, float scale, int64_t n_heads,
+                      int64_t d, float *__restrict__ o, const int64_t *__restrict__ n_rows_dev,
+                      VisibleRows visible, MixRopeQ8_0 rope_q8_0) {
+    dev::wait_for_previous_kernels();
+    if (n_rows_dev) n_rows = *n_rows_dev;
+    extern __shared__ float4 mix_staged_smem[];
+    float *v_buf = reinterpret_cast<float *>(mix_staged_smem);  // [2][kStagedTile][32]
+    float *s_buf = v_buf + 2 * kStagedTile * 32;                // [2][kWarps][kStagedTile]
+    const RowMap map(rows, d, visible);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t h0 = int64_t(blockIdx.x) * kWarps, h = h0 + warp;
+    const int64_t d0 = int64_t(blockIdx.y) * 32;
+    const bool head = h < n_heads;
+    const int64_t n_tiles = (n_rows + kStagedTile - 1) / kStagedTile;
+    // Tile t into buffer t % 2: thread i copies the 16-byte piece i % 8 of rows i / 8 + 32 u and
+    // the score of row i of the block's heads u (u < 8); one group a tile, empty past the last.
+    const auto issue = [&](int64_t t) {
+        if (t < n_tiles) {
+            const int64_t j0 = t * kStagedTile;
+            const int n = int(min(int64_t(kStagedTile), n_rows - j0));
+            float *v = v_buf + (t % 2) * kStagedTile * 32,
+                  *sc = s_buf + (t % 2) * kWarps * kStagedTile;
+            const int piece = int(threadIdx.x) % 8;
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int r = int(threadIdx.x) / 8 + 32 * u;
+                float *to = v + r * 32 + 4 * piece;
+                if (r < n)
+                    dev::copy_16_async(to, map.row(j0 + r) + d0 + 4 * piece, true);
+                else
+                    *reinterpret_cast<float4 *>(to) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int u = 0; u < kWarps; ++u) {
+                const int j = int(threadIdx.x);
+                if (j < n && h0 + u < n_heads)
+                    dev::copy_4_async(sc + u * kStagedTile + j,
+                                      scores + (h0 + u) * n_rows + j0 + j);
+            }
+        }
+        dev::commit_async_copies();
+    };
+    issue(0);
+    issue(1);
+    // 1. m = max(sink, max_j s_j scale) (a max does not depend on the order).
+    float mx = head ? sinks[h] : 0.0f;
+    if (head) {
+        const float *sc = scores + h * n_rows;
+        for (int64_t j = lane; j < n_rows; j += 32 * 8) {
+            float s[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) s[u] = j + 32 * u < n_rows ? __ldg(sc + j + 32 * u) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (j + 32 * u < n_rows) {
+                    const float x = __fmul_rn(s[u], scale);
+                    mx = mx < x ? x : mx;
+                }
+        }
+    }
+    for (int off = 16; off > 0; off /= 2) {
+        const float other = __shfl_xor_sync(0xffffffffu, mx, off);
+        mx = mx < other ? other : mx;
+    }
+    float den = head ? dev::exp_f(__fsub_rn(sinks[h], mx)) : 0.0f, acc = 0.0f;
+    // 2. per tile: e_j = exp(s_j scale - m) in place of the staged scores, then the sums in
+    // row order.
+    for (int64_t t = 0; t < n_tiles; ++t) {
+        dev::wait_async_copies(1);  // every group but the next tile's
+        __syncthreads();
+        const int n = int(min(int64_t(kStagedTile), n_rows - t * kStagedTile));
+        const float *v = v_buf + (t % 2) * kStagedTile * 32;
+        float *e = s_buf + (t % 2) * kWarps * kStagedTile + warp * kStagedTile;
+        if (head) {
+            for (int j = lane; j < n; j += 32)
+                e[j] = dev::exp_f(__fsub_rn(__fmul_rn(e[j], scale), mx));
+            __syncwarp();
+#pragma unroll 4
+            for (int j = 0; j < n; ++j) {
+                const float ej = e[j];
+                den = __fadd_rn(den, ej);
+                acc = __fadd_rn(acc, __fmul_rn(ej, v[j * 32 + lane]));
+            }
+        }
+        __syncthreads();  // this buffer is consumed
+        issue(t + 2);
+    }
+    if (!head) return;
+    const int64_t dim = d0 + lane;
+    if (rope_q8_0.xq) {  // the warp holds one Q8_0 block of its head: lane l, dim d0 + l
+        const float v = dev::rope_pair_lanes(__fdiv_rn(acc, den), dim, d - 2 * rope_q8_0.n_freq,
+                                             rope_q8_0.freqs, *rope_q8_0.pos, true);
+        o[h * d + dim] = v;
+        dev::quantize_q8_0_lane(v, rope_q8_0.xq + h * d + d0, rope_q8_0.xd + (h * d + d0) / 32);
+        return;
+    }
+    o[h * d + dim] = __fdiv_rn(acc, den);
 }
 
 // A batch's mix: a block takes 32 heads and all d <= 512 dims. Warp w computes the 8 heads
@@ -411,8 +602,21 @@ void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t
         throw ds4::Error("attention_scores: rows in place for one token, with their words");
     if (n_rows == 0 || n_heads == 0) return;
     const VisibleRows in_place = visible ? *visible : VisibleRows{};
-    // One token wants many blocks (16 rows each); a batch has them and reads q less often.
-    if (tokens.n >= 4)
+    // One token wants many blocks (16 rows each) and all of their loads in flight; a batch has
+    // blocks enough and reads q less often.
+    if (tokens.n < 4 && d <= kStagedMaxD && staged_attention_enabled()) {
+        static const bool sized = [] {  // more shared memory than a static array may have
+            DS4_CUDA_CHECK(cudaFuncSetAttribute(scores_staged_kernel,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                int(staged_scores_smem(kStagedMaxD))));
+            return true;
+        }();
+        (void)sized;
+        const dim3 grid(unsigned((n_rows + kStagedRows - 1) / kStagedRows),
+                        unsigned((n_heads + kStagedHeads - 1) / kStagedHeads), unsigned(tokens.n));
+        launch_kernel(scores_staged_kernel, grid, kThreads, staged_scores_smem(d), stream, q, rows,
+                      n_rows, n_heads, d, scores, n_rows_dev, tokens.word_stride, in_place);
+    } else if (tokens.n >= 4)
         launch_scores<4>(q, rows, n_rows, n_heads, d, scores, stream, n_rows_dev, tokens, in_place);
     else
         launch_scores<1>(q, rows, n_rows, n_heads, d, scores, stream, n_rows_dev, tokens, in_place);
@@ -447,7 +651,19 @@ void attention_mix(float *scores, const float *rows, int64_t n_rows, const float
     } else if (tokens.n >= 4 && d > 64) {
         launch_mix<4, 2>(scores, rows, n_rows, sinks, scale, n_heads, d, o, stream, n_rows_dev,
                          tokens);
-    } else {  // one token (the only launch that takes visible and rope_q8_0: checked above)
+    } else if (tokens.n == 1 && d % 32 == 0 && staged_attention_enabled()) {
+        static const bool sized = [] {
+            DS4_CUDA_CHECK(cudaFuncSetAttribute(mix_staged_kernel,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                int(kStagedMixSmem)));
+            return true;
+        }();
+        (void)sized;
+        const dim3 grid(unsigned((n_heads + kWarps - 1) / kWarps), unsigned(d / 32));
+        launch_kernel(mix_staged_kernel, grid, kMixThreads, kStagedMixSmem, stream, scores, rows,
+                      n_rows, sinks, scale, n_heads, d, o, n_rows_dev,
+                      visible ? *visible : VisibleRows{}, rope_q8_0 ? *rope_q8_0 : MixRopeQ8_0{});
+    } else {  // one token (the only launches that take visible and rope_q8_0: checked above)
         launch_mix<1, 1>(scores, rows, n_rows, sinks, scale, n_heads, d, o, stream, n_rows_dev,
                          tokens, visible ? *visible : VisibleRows{},
                          rope_q8_0 ? *rope_q8_0 : MixRopeQ8_0{});

@@ -57,8 +57,9 @@ void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t
                       AttentionTokens tokens = {}, const VisibleRows *visible = nullptr);
 
 // scores as attention_scores wrote them (read only); sinks: [n_heads]; o: [n_heads][d]. Any d,
-// any row count (e is staged a tile of rows at a time); a batch with d a multiple of 4 from 260
-// to 512 reads rows as float4s (16-byte aligned). visible and rope_q8_0: one token only.
+// any row count (e is staged a tile of rows at a time); one token with d a multiple of 32, and a
+// batch with d a multiple of 4 from 260 to 512, read rows in 16-byte pieces (16-byte aligned).
+// visible and rope_q8_0: one token only.
 void attention_mix(float *scores, const float *rows, int64_t n_rows, const float *sinks,
                    float scale, int64_t n_heads, int64_t d, float *o, cudaStream_t stream,
                    const int64_t *n_rows_dev = nullptr, AttentionTokens tokens = {},

@@ -21,4 +21,12 @@ bool mma_enabled() {
     return on;
 }
 
+bool staged_attention_enabled() {
+    static const bool on = [] {
+        const char *v = std::getenv("DS4_CUDA_STAGED");
+        return v == nullptr || std::string(v) != "0";
+    }();
+    return on;
+}
+
 }  // namespace ds4::cuda

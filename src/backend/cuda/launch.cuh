@@ -19,6 +19,10 @@ bool pdl_enabled();
 // The prefill products on int8 tensor cores (q8_0_matmul.h, expert_mma.cuh; the same bits as
 // the kernels they replace); DS4_CUDA_MMA=0 keeps the dp4a kernels, for comparisons.
 bool mma_enabled();
+// One token's attention scores and mix with their operands staged by cp.async
+// (attention_decode.cu; the same bits as the kernels they replace); DS4_CUDA_STAGED=0 keeps the
+// register-staged kernels, for comparisons.
+bool staged_attention_enabled();
 
 // f(std::integral_constant<int, TPR>{}) for a kernel's threads per row, one of 256, 128, 64 or
 // 32 (anything else: 32): the matvecs pick TPR at run time and compile one kernel for each.
