@@ -29,6 +29,7 @@
 #include "backend/cuda/device_copy.h"
 #include "backend/cuda/expert_groups.h"
 #include "backend/cuda/float_matvec.h"
+#include "backend/cuda/host_upload.h"
 #include "backend/cuda/hyper_connections.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
 #include "backend/cuda/q2_k_matvec.h"
@@ -285,6 +286,15 @@ void bench_small_ops(cudaStream_t s, int reps) {
     });
     row("rms_norm, 4096", [&] {
         ds4::cuda::rms_norm(X.as<float>(), w.as<float>(), y.as<float>(), 1, kEmbd, 1e-6f, s);
+    });
+    // The device tier's repack of a missed expert's part (IQ2_XXS gate of the Flash layout:
+    // 32768 blocks of 66 bytes, the 64 bytes after the scale into plane a).
+    constexpr int64_t kPartBlocks = 32768;
+    const DeviceBuffer part = rnd(kPartBlocks * 66 / 4, 19);
+    DeviceBuffer plane_a(size_t(kPartBlocks) * 64), plane_b(size_t(kPartBlocks) * 2);
+    row("split_blocks, 2.16 MB IQ2_XXS part", [&] {
+        ds4::cuda::split_blocks_async(part.get(), kPartBlocks, 66, 2, 64, plane_a.get(),
+                                      plane_b.get(), s);
     });
 }
 

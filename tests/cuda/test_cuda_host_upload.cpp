@@ -1,6 +1,7 @@
 // The staged upload (backend/cuda/host_upload.h) against its CPU twins: bytes that cross in
 // several chunks (an odd tail included) equal the source, and every block format's device planes
-// equal the host repack_* of the same blocks, bit for bit, for a tensor of several chunks.
+// equal the host repack_* of the same blocks, bit for bit, for a tensor of several chunks; the
+// device split alone equals a byte loop at the tiled kernel's edges.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -43,6 +44,36 @@ TEST(CudaHostUpload, SegmentOutsideTheBlockIsRefused) {
     DS4_REQUIRE_CUDA_DEVICE();
     uint8_t b[8] = {};
     EXPECT_THROW(upload_split_blocks(b, 1, 8, 4, 5, nullptr, nullptr), ds4::Error);
+    // A block larger than the kernel's 8 KiB tile.
+    EXPECT_THROW(split_blocks_async(nullptr, 1, 8200, 0, 8, nullptr, nullptr, nullptr), ds4::Error);
+}
+
+// The device split alone against a byte loop on the host, where the tiled kernel's edges are: a
+// source one byte off a word boundary, a last tile that is short, and bytes on both sides of the
+// segment (Q2_K's 84-byte block: 16 scale bytes, 64 quant bytes into plane a, then d and dmin).
+TEST(CudaHostUpload, SplitOfUnalignedBlocksEqualsAByteLoop) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    for (const int off : {0, 1}) {
+        constexpr int kBytes = 84, kOff = 16, kLen = 64;
+        constexpr int64_t kBlocks = 1000;  // 97 blocks a tile: the last tile has 30
+        std::vector<uint8_t> src(size_t(kBlocks) * kBytes + 1);
+        for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t((i * 2654435761u) >> 11);
+        std::vector<uint8_t> want_a, want_b;
+        for (int64_t i = 0; i < kBlocks; ++i)
+            for (int j = 0; j < kBytes; ++j) {
+                const uint8_t v = src[size_t(off) + size_t(i) * kBytes + size_t(j)];
+                (j >= kOff && j < kOff + kLen ? want_a : want_b).push_back(v);
+            }
+        DeviceBuffer d(src.size()), a(want_a.size()), b(want_b.size());
+        DS4_CUDA_CHECK(cudaMemcpy(d.get(), src.data(), src.size(), cudaMemcpyHostToDevice));
+        DS4_CUDA_CHECK(cudaMemset(a.get(), 0xa5, want_a.size()));  // poison
+        DS4_CUDA_CHECK(cudaMemset(b.get(), 0xa5, want_b.size()));
+        split_blocks_async(static_cast<uint8_t *>(d.get()) + off, kBlocks, kBytes, kOff, kLen,
+                           a.get(), b.get(), nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(to_host<uint8_t>(a, want_a.size()), want_a) << "source offset " << off;
+        EXPECT_EQ(to_host<uint8_t>(b, want_b.size()), want_b) << "source offset " << off;
+    }
 }
 
 // 4096 x 4096 values (and 2 experts for the K formats): 32 to 72 MiB of blocks, so every format

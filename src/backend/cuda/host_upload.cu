@@ -4,6 +4,7 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -17,19 +18,50 @@ namespace {
 
 constexpr size_t kChunk = size_t(64) << 20;
 
-// One thread per block: its segment into plane a, the bytes before and after it into plane b.
-__global__ void split_blocks_kernel(const uint8_t *__restrict__ src, int64_t n_blocks,
-                                    int block_bytes, int seg_off, int seg_len,
-                                    uint8_t *__restrict__ a, uint8_t *__restrict__ b) {
+// A thread block takes kSplitTile bytes' worth of whole blocks: it reads them into shared memory
+// with consecutive threads on consecutive bytes (4-byte words where the tile is aligned), then
+// writes plane a's part of the tile and plane b's, each contiguous, the same way. The device tier
+// repacks every missed expert: one thread a block, reading and writing a byte at a time 66 or 84
+// bytes apart from its neighbours', took 30.3 us for a 2.16 MB IQ2_XXS part on an H100, this
+// kernel 5.5 (bench_cuda_matvec).
+constexpr int kSplitTile = 8192, kSplitThreads = 256;
+
+__global__ void __launch_bounds__(kSplitThreads)
+    split_blocks_kernel(const uint8_t *__restrict__ src, int64_t n_blocks, int block_bytes,
+                        int seg_off, int seg_len, uint8_t *__restrict__ a,
+                        uint8_t *__restrict__ b) {
     dev::wait_for_previous_kernels();
-    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= n_blocks) return;
-    const uint8_t *blk = src + i * block_bytes;
-    uint8_t *pa = a + i * seg_len;
-    uint8_t *pb = b + i * (block_bytes - seg_len);
-    for (int j = 0; j < seg_off; ++j) pb[j] = blk[j];
-    for (int j = 0; j < seg_len; ++j) pa[j] = blk[seg_off + j];
-    for (int j = seg_off + seg_len; j < block_bytes; ++j) pb[j - seg_len] = blk[j];
+    __shared__ __align__(16) uint8_t tile[kSplitTile];
+    const int per_tile = kSplitTile / block_bytes;
+    const int64_t i0 = int64_t(blockIdx.x) * per_tile;
+    const int g = int(min(int64_t(per_tile), n_blocks - i0)), n = g * block_bytes;
+    const uint8_t *from = src + i0 * block_bytes;
+    if (reinterpret_cast<uintptr_t>(from) % 4 == 0) {
+        const auto *w = reinterpret_cast<const uint32_t *>(from);
+        for (int k = int(threadIdx.x); k < n / 4; k += kSplitThreads)
+            reinterpret_cast<uint32_t *>(tile)[k] = w[k];
+        for (int k = n / 4 * 4 + int(threadIdx.x); k < n; k += kSplitThreads) tile[k] = from[k];
+    } else {
+        for (int k = int(threadIdx.x); k < n; k += kSplitThreads) tile[k] = from[k];
+    }
+    __syncthreads();
+    const int la = seg_len, lb = block_bytes - seg_len;
+    uint8_t *to_a = a + i0 * la, *to_b = b + i0 * lb;
+    for (int k = int(threadIdx.x); k < g * la; k += kSplitThreads)
+        to_a[k] = tile[(k / la) * block_bytes + seg_off + k % la];
+    for (int k = int(threadIdx.x); k < g * lb; k += kSplitThreads) {
+        const int w = k % lb;
+        to_b[k] = tile[(k / lb) * block_bytes + (w < seg_off ? w : w + seg_len)];
+    }
+}
+
+// The split's arguments: a segment inside the block, a block that fits the kernel's tile.
+void check_split(const char *who, int block_bytes, int seg_off, int seg_len) {
+    if (block_bytes <= 0 || seg_off < 0 || seg_len < 0 || seg_off + seg_len > block_bytes)
+        throw ds4::Error(std::string(who) + ": a segment outside the block");
+    if (block_bytes > kSplitTile)
+        throw ds4::Error(std::string(who) + ": blocks of " + std::to_string(block_bytes) +
+                         " bytes (at most " + std::to_string(kSplitTile) + ")");
 }
 
 // memcpy on up to 8 host threads (page faults of a fresh mapping and the copy both scale).
@@ -124,8 +156,7 @@ void upload_bytes(void *dst, const void *src, size_t bytes) {
 
 void upload_split_blocks(const void *src, int64_t n_blocks, int block_bytes, int seg_off,
                          int seg_len, void *plane_a, void *plane_b) {
-    if (block_bytes <= 0 || seg_off < 0 || seg_len < 0 || seg_off + seg_len > block_bytes)
-        throw ds4::Error("upload_split_blocks: a segment outside the block");
+    check_split("upload_split_blocks", block_bytes, seg_off, seg_len);
     if (n_blocks <= 0) return;
     Stager &st = stager();
     const std::lock_guard<std::mutex> lock(st.mutex);
@@ -145,12 +176,13 @@ void upload_split_blocks(const void *src, int64_t n_blocks, int block_bytes, int
 
 void split_blocks_async(const void *src, int64_t n_blocks, int block_bytes, int seg_off,
                         int seg_len, void *plane_a, void *plane_b, cudaStream_t stream) {
-    if (block_bytes <= 0 || seg_off < 0 || seg_len < 0 || seg_off + seg_len > block_bytes)
-        throw ds4::Error("split_blocks_async: a segment outside the block");
+    check_split("split_blocks_async", block_bytes, seg_off, seg_len);
     if (n_blocks <= 0) return;
-    launch_kernel(split_blocks_kernel, unsigned((n_blocks + 255) / 256), 256, 0, stream,
-                  static_cast<const uint8_t *>(src), n_blocks, block_bytes, seg_off, seg_len,
-                  static_cast<uint8_t *>(plane_a), static_cast<uint8_t *>(plane_b));
+    const int64_t per_tile = kSplitTile / block_bytes;
+    launch_kernel(split_blocks_kernel, unsigned((n_blocks + per_tile - 1) / per_tile),
+                  kSplitThreads, 0, stream, static_cast<const uint8_t *>(src), n_blocks,
+                  block_bytes, seg_off, seg_len, static_cast<uint8_t *>(plane_a),
+                  static_cast<uint8_t *>(plane_b));
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
