@@ -34,10 +34,12 @@ struct DeviceTierStats {
     uint64_t bytes_uploaded = 0;  // the misses' expert bytes, host tier to device
     uint64_t upload_wait_ns = 0;  // host time blocked on the misses' transfers
     uint64_t preloaded = 0;       // experts uploaded at start (not counted as misses)
+    uint64_t hits_first = 0;      // passes whose hits' kernels ran before the misses' uploads ended
 };
 
 // "2048 slots (13.50 GiB), 11008 passes, 66048 experts: 61234 hits, 4814 misses, hit rate
-// 92.71%, 32.50 GiB uploaded, host blocked on transfers 1.234 s, preloaded 2048"
+// 92.71%, 32.50 GiB uploaded, host blocked on transfers 1.234 s, preloaded 2048, hits first in
+// 1234 passes"
 std::string device_tier_stats_text(const DeviceTierStats &s);
 
 // How upload_to_cuda streams the routed experts: from `host` (the host tier) into a device tier

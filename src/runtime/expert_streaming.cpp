@@ -319,9 +319,9 @@ std::string device_tier_stats_text(const DeviceTierStats &s) {
     const double wait_s = double(s.upload_wait_ns) / 1e9;
     return fmt::format(
         "{} slots ({}), {} passes, {} experts: {} hits, {} misses, hit rate {:.2f}%, {} uploaded, "
-        "host blocked on transfers {:.3f} s, preloaded {}",
+        "host blocked on transfers {:.3f} s, preloaded {}, hits first in {} passes",
         s.slots, size_text(double(s.slots * s.slot_bytes)), s.passes, s.acquires, s.hits, s.misses,
-        hit_rate, size_text(double(s.bytes_uploaded)), wait_s, s.preloaded);
+        hit_rate, size_text(double(s.bytes_uploaded)), wait_s, s.preloaded, s.hits_first);
 }
 
 }  // namespace ds4::runtime

@@ -3,7 +3,8 @@
 // in reverse order with gaps between them, and the view's plane pointers set to null, the
 // decode products (one tensor, and the gate + up pair) and the grouped prefill products give
 // the resident tensor's outputs bit for bit, for IQ2_XXS, Q2_K and Q4_K. This is what lets a
-// table point at the slots of an expert cache instead of a resident tensor. Outputs are
+// table point at the slots of an expert cache instead of a resident tensor. A negative id leaves
+// its slot's outputs unwritten and the others unchanged (hits first). Outputs are
 // poisoned with NaN before every launch. Without a CUDA device every test skips and says so.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -102,6 +103,33 @@ void check_format(const View &resident, const View &scattered, const View &resid
                 single(v, dids.as<int32_t>(), n_ids, a.view(), y, per_slot);
             },
             per_slot ? "decode, x per slot" : "decode, x shared");
+    }
+    {
+        // A negative id leaves its slot out (the device tier's hits-first launches): its outputs
+        // keep their poison, the other slots' are the whole launch's bits.
+        std::vector<int32_t> part = ids;
+        part[1] = part[4] = -1;
+        const DeviceBuffer dpart = to_device(part);
+        const test::DeviceQ8_K a = test::quantize_q8_K_on_device(test::random_floats(k, 75, 2.0f));
+        auto run_pair = [&](const int32_t *d_ids) {
+            DeviceBuffer ya = to_device(test::poison_floats(n_out));
+            DeviceBuffer yb = to_device(test::poison_floats(n_out));
+            pair(scattered, scattered_b, d_ids, n_ids, a.view(), ya.as<float>(), yb.as<float>());
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<float> out = to_host<float>(ya, n_out);
+            const auto b = to_host<float>(yb, n_out);
+            out.insert(out.end(), b.begin(), b.end());
+            return out;
+        };
+        const auto all = run_pair(dids.as<int32_t>()), left = run_pair(dpart.as<int32_t>());
+        for (size_t j = 0; j < all.size(); ++j) {
+            const size_t slot = j % n_out / size_t(n_rows);
+            ASSERT_FALSE(std::isnan(all[j])) << "slot " << slot;
+            if (part[slot] < 0)
+                ASSERT_TRUE(std::isnan(left[j])) << "slot " << slot << " left out, yet written";
+            else
+                ASSERT_EQ(std::memcmp(&all[j], &left[j], sizeof(float)), 0) << "slot " << slot;
+        }
     }
     {
         const test::DeviceQ8_K a = test::quantize_q8_K_on_device(test::random_floats(k, 73, 2.0f));

@@ -221,5 +221,28 @@ TEST(CudaSumSlots, EqualsCpuOrderBitForBit) {
     ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
 }
 
+// The two launches of a hits-first pass: bit i of the mask sends slot i's id to `in`, the
+// others to `out`, and -1 in its place; a mask of 0 sends every id to out.
+TEST(CudaSplitIds, EachSlotGoesToOneSideAndMinusOneToTheOther) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    const std::vector<int32_t> ids = {17, 0, 255, 3, 42, 9};
+    const DeviceBuffer d_ids = to_device(ids);
+    for (const uint32_t mask : {0u, 0b101001u, 0b111111u, 0b000010u}) {
+        DeviceBuffer in = to_device(std::vector<int32_t>(ids.size(), 7777));
+        DeviceBuffer out = to_device(std::vector<int32_t>(ids.size(), 7777));
+        split_ids(d_ids.as<int32_t>(), int(ids.size()), mask, in.as<int32_t>(), out.as<int32_t>(),
+                  nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got_in = to_host<int32_t>(in, ids.size());
+        const auto got_out = to_host<int32_t>(out, ids.size());
+        for (size_t i = 0; i < ids.size(); ++i) {
+            const bool set = (mask >> i) & 1u;
+            EXPECT_EQ(got_in[i], set ? ids[i] : -1) << "mask " << mask << " slot " << i;
+            EXPECT_EQ(got_out[i], set ? -1 : ids[i]) << "mask " << mask << " slot " << i;
+        }
+    }
+    EXPECT_THROW(split_ids(d_ids.as<int32_t>(), 33, 0, nullptr, nullptr, nullptr), ds4::Error);
+}
+
 }  // namespace
 }  // namespace ds4::cuda

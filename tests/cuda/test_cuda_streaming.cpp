@@ -125,6 +125,11 @@ void expect_resident_bits(const std::string &path, uint32_t chunk) {
                 if (!preload) {
                     EXPECT_GT(st->misses, 0u);
                 }
+                if (!preload && d == total / 2 && hp.n_expert_used > 1) {
+                    // Half of the experts in slots: some decode passes hit and miss both, and
+                    // run their hits before the misses' uploads end.
+                    EXPECT_GT(st->hits_first, 0u);
+                }
                 if (d == total) {
                     EXPECT_LE(st->misses, total) << "each expert uploaded once";
                 }
@@ -140,6 +145,33 @@ TEST(CudaStreaming, EveryDeviceBudgetGivesTheResidentBitsInChunks) {
 TEST(CudaStreaming, EveryDeviceBudgetGivesTheResidentBitsTokenByToken) {
     DS4_REQUIRE_CUDA_DEVICE();
     expect_resident_bits(model_32_experts(), 1);
+}
+
+// DS4_CUDA_HITS_FIRST=0 (read when a model's session starts): every pass one launch after its
+// uploads, the same bits, and no pass counted as hits first.
+TEST(CudaStreaming, HitsFirstOffGivesTheSameBits) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    const std::string path = model_32_experts();
+    auto resident = Model::load(path, {.n_threads = 2, .backend = Backend::Cuda});
+    const model::HParams hp = resident->hparams();
+    const Trace want = run(*resident, 1, 32, nullptr);
+    const uint64_t half = uint64_t(hp.n_layer) * hp.n_expert / 2;
+    for (const char *v : {"0", "1"}) {
+        SCOPED_TRACE(testing::Message() << "DS4_CUDA_HITS_FIRST=" << v);
+        ASSERT_EQ(setenv("DS4_CUDA_HITS_FIRST", v, 1), 0);
+        auto m = Model::load(path, streamed(half, 0, false));
+        const Trace got = run(*m, 1, 32, &want.decoded);
+        unsetenv("DS4_CUDA_HITS_FIRST");
+        ASSERT_EQ(got.logits.size(), want.logits.size());
+        for (size_t i = 0; i < want.logits.size(); ++i)
+            ASSERT_EQ(got.logits[i], want.logits[i]) << "evaluation " << i;
+        const auto st = m->device()->tier_stats();
+        ASSERT_TRUE(st.has_value());
+        if (std::string(v) == "0")
+            EXPECT_EQ(st->hits_first, 0u);
+        else
+            EXPECT_GT(st->hits_first, 0u);
+    }
 }
 
 // The q4 mix's routed experts (Q4_K) go through the same slots.

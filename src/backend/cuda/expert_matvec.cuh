@@ -2,7 +2,9 @@
 // The decode matvec skeleton shared by the routed-expert formats whose dot products take Q8_K
 // activations (IQ2_XXS, Q2_K): one launch covers n_ids experts of a [n_experts][n_rows][k]
 // tensor, expert ids[i] in output slot i (blockIdx.y), the ids read on the device and the
-// expert's planes found through the tensor's expert table (expert_table.h). The
+// expert's planes found through the tensor's expert table (expert_table.h); a negative id
+// leaves its slot out (the device tier's hits-first pass runs a layer's experts in two launches).
+// The
 // activation is one row for every slot (gate, up: the layer's input) or one row per slot (down:
 // each expert's own SwiGLU output), rows of k values.
 //
@@ -73,6 +75,8 @@ __global__ void __launch_bounds__(kThreads, 3)
         table = second.table;
         y = second.y;
     }
+    const int64_t expert = ids[slot];
+    if (expert < 0) return;  // a slot this launch leaves out: its outputs are not written
     if (x_per_slot) {
         xq += slot * k;
         xd += slot * (k / kQK);
@@ -87,7 +91,6 @@ __global__ void __launch_bounds__(kThreads, 3)
     __syncthreads();
     const int8_t *sx = reinterpret_cast<const int8_t *>(sx4);
 
-    const int64_t expert = ids[slot];
     const int64_t nb = k / kQK, row_bytes = nb * Format::kPieces * kPieceBytes;
     const int64_t pieces = nb * Format::kPieces;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

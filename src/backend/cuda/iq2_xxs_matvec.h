@@ -53,8 +53,9 @@ class Iq2xxsWeights {
     Iq2xxsExperts view_;
 };
 
-// ids: n_ids expert ids in device memory; y: n_ids * n_rows floats. x is one activation row for
-// every slot, or (x_per_slot) n_ids rows back to back, row i for slot i.
+// ids: n_ids expert ids in device memory (a negative id: slot i is left out, its outputs not
+// written); y: n_ids * n_rows floats. x is one activation row for every slot, or (x_per_slot)
+// n_ids rows back to back, row i for slot i.
 void matvec_iq2_xxs(const Iq2xxsExperts &w, const int32_t *ids, int n_ids, const Q8_KActivation &x,
                     float *y, cudaStream_t stream, bool x_per_slot = false);
 

@@ -159,6 +159,16 @@ __global__ void __launch_bounds__(256)
     dev::quantize_q8_K_block(v, x.q + base, x.d + blockIdx.x, x.bsums + base / 16);
 }
 
+__global__ void split_ids_kernel(const int32_t *__restrict__ ids, int n, uint32_t mask,
+                                 int32_t *__restrict__ in, int32_t *__restrict__ out) {
+    dev::wait_for_previous_kernels();
+    const int i = int(threadIdx.x);
+    if (i >= n) return;
+    const bool set = (mask >> i) & 1u;
+    in[i] = set ? ids[i] : -1;
+    out[i] = set ? -1 : ids[i];
+}
+
 __global__ void sum_slots_kernel(const float *__restrict__ o, int n_slots, int64_t n,
                                  const float *__restrict__ shared, float *__restrict__ y) {
     dev::wait_for_previous_kernels();
@@ -236,6 +246,14 @@ bool swiglu_slots_q8_K(const float *g, const float *u, int n_slots, int64_t n, f
                   weights, out, x);
     DS4_CUDA_CHECK(cudaGetLastError());
     return true;
+}
+
+void split_ids(const int32_t *ids, int n, uint32_t mask, int32_t *in, int32_t *out,
+               cudaStream_t stream) {
+    if (n < 0 || n > 32) throw ds4::Error("split_ids: 0 to 32 ids");
+    if (n == 0) return;
+    launch_kernel(split_ids_kernel, 1, 32, 0, stream, ids, n, mask, in, out);
+    DS4_CUDA_CHECK(cudaGetLastError());
 }
 
 void sum_slots(const float *o, int n_slots, int64_t n, const float *shared, float *y,

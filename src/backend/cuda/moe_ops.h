@@ -4,7 +4,9 @@
 //                   table's row for the token), weights normalised in selection order;
 //   swiglu_slots    backend/cpu/vector_ops.h swiglu_clamped, one row per selected expert, times
 //                   its route weight (ds4 weights W2's input, docs/MODEL.md 4.6);
-//   sum_slots       y = o_0 + o_1 + ... (+ shared), added in selection order as moe_batch does.
+//   sum_slots       y = o_0 + o_1 + ... (+ shared), added in selection order as moe_batch does;
+//   split_ids       (the streamed decode's glue, no CPU counterpart: the CPU has no device tier)
+//                   the selected ids as two launches take them, hits first.
 // exp and log1p are evaluated in double and rounded to f32, which agrees with the CPU's f32
 // libm calls except where those are not correctly rounded (a few ulps at most); additions and
 // products are the CPU's, unfused.
@@ -55,6 +57,12 @@ bool swiglu_slots_q8_0(const float *g, const float *u, int n_slots, int64_t n, f
 bool swiglu_slots_q8_K(const float *g, const float *u, int n_slots, int64_t n, float clamp,
                        const float *weights, float *out, const Q8_KActivation &x,
                        cudaStream_t stream);
+
+// For a layer's experts in two launches (the device tier's hits first: the expert kernels leave
+// out a slot whose id is negative): in[i] = ids[i] where bit i of mask is set, else -1; out[i]
+// the other way round. n <= 32; ids, in, out: n int32 each (device).
+void split_ids(const int32_t *ids, int n, uint32_t mask, int32_t *in, int32_t *out,
+               cudaStream_t stream);
 
 // y[j] = ((o[0][j] + o[1][j]) + ...) + shared[j] (shared may be null); n_tokens such sums, token
 // t's at o + t n_slots n, shared + t n and y + t n.

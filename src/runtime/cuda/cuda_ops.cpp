@@ -254,6 +254,14 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     expert_w_ = device_array<float>(size_t(max_batch) * K);
     gate_ = device_array<float>(size_t(max_batch) * K * F);
     up_ = device_array<float>(size_t(max_batch) * K * F);
+    if (m_.expert_tier()) {  // hits first (acquire_hits_first)
+        early_ids_ = device_array<int32_t>(K);
+        late_ids_ = device_array<int32_t>(K);
+        gate_early_ = device_array<float>(K * F);
+        up_early_ = device_array<float>(K * F);
+        const char *v = std::getenv("DS4_CUDA_HITS_FIRST");
+        hits_first_ = v == nullptr || std::string(v) != "0";
+    }
     if (max_batch > 1) {  // prefill's scratch
         flat_batch_ = device_array<float>(size_t(max_batch) * hp.n_hc * hp.n_embd);
         mixes_batch_ = device_array<float>(size_t(max_batch) * hp.n_hc_mix());
@@ -1142,7 +1150,46 @@ std::span<const int32_t> CudaOps::read_ids(const int32_t *ids, int64_t n) {
     return {ids_host_, size_t(n)};
 }
 
-void CudaOps::acquire_selected(uint32_t il, const int32_t *ids, int64_t n) {
+void CudaOps::acquire_hits_first(uint32_t il, const int32_t *ids, const float *x,
+                                 const float *weights, float *slot_out) {
+    DeviceExpertTier &tier = *m_.expert_tier();
+    const int K = int(hp_.n_expert_used);
+    std::vector<uint8_t> hit;
+    const bool early = hits_first_ && K <= 32;
+    const std::vector<uint32_t> experts = acquire_selected(il, ids, K, early ? &hit : nullptr);
+    uint32_t mask = 0;  // the slots whose expert is in a slot already
+    if (early)
+        for (int i = 0; i < K; ++i) {
+            const auto at =
+                std::lower_bound(experts.begin(), experts.end(), uint32_t(ids_host_[i]));
+            if (hit[size_t(at - experts.begin())]) mask |= 1u << i;
+        }
+    // Hits and misses both: the hits' launch now, the misses' after the uploads (else one
+    // launch after them takes every slot).
+    const bool split = mask != 0 && mask != (1u << K) - 1;
+    int32_t *early_ids = early_ids_.as<int32_t>(), *late_ids = late_ids_.as<int32_t>();
+    cuda::split_ids(ids, K, split ? mask : 0, early_ids, late_ids, s_);
+    if (split) {
+        // Into their own buffers and scratch (a branch's, unused with a tier: branches are off),
+        // so that the later launch finds the router's quantized input as it left it. The gate
+        // and up of the left-out slots, and their SwiGLU, are not read: the down product leaves
+        // them out too.
+        TokenScratch *main = sc_;
+        sc_ = &scratch_[1];
+        try {
+            routed_experts(il, early_ids, x, false, weights, gate_early_.as<float>(),
+                           up_early_.as<float>(), slot_out);
+        } catch (...) {
+            sc_ = main;
+            throw;
+        }
+        sc_ = main;
+    }
+    tier.wait_uploads(s_);
+}
+
+std::vector<uint32_t> CudaOps::acquire_selected(uint32_t il, const int32_t *ids, int64_t n,
+                                                std::vector<uint8_t> *hit) {
     std::vector<uint32_t> experts;
     for (const int32_t id : read_ids(ids, n)) {
         if (id < 0 || uint32_t(id) >= hp_.n_expert)
@@ -1153,7 +1200,8 @@ void CudaOps::acquire_selected(uint32_t il, const int32_t *ids, int64_t n) {
     std::sort(experts.begin(), experts.end());
     experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
     const ProfileScope scope(profile_, s_, "moe expert tier");
-    m_.expert_tier()->acquire(il, experts, s_);
+    m_.expert_tier()->acquire(il, experts, s_, hit);
+    return experts;
 }
 
 void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int64_t m,
@@ -1176,7 +1224,7 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
     const model::HParams &hp = hp_;
     const model::LayerWeights &L = m_.weights().layers[il];
     const int K = int(hp.n_expert_used);
-    const int64_t E = hp.n_embd, F = hp.n_ff_exp;
+    const int64_t E = hp.n_embd;
     const DeviceMatrix &gate = m_.matrix(L.ffn_gate_exps), &up = m_.matrix(L.ffn_up_exps),
                        &down = m_.matrix(L.ffn_down_exps);
     if (m > 1 && gate.q8_k_activations() && up.q8_k_activations() && down.q8_k_activations() &&
@@ -1202,62 +1250,80 @@ void CudaOps::moe_routed(uint32_t il, const float *XN, const float *logits, int6
         }
         scope.reset();
         std::optional<TierPass> pass;
+        // Streamed, the kernels below take late_ids_ (the same buffer every step, as a captured
+        // segment needs): every selected id, or the misses' where the hits ran first.
+        const int32_t *run_ids = ids;
         if (segmented) {
             end_segment();
-            acquire_selected(il, ids, K);
             pass_pending_ = true;  // released once the next segment, with its kernels, is launched
             try {
+                acquire_hits_first(il, ids, x, weights, slot_out + t * K * E);
                 begin_segment();
             } catch (...) {
                 drop_pending_pass();
                 throw;
             }
             if (replay) return;  // the experts' kernels are in the next segment's graph
+            run_ids = late_ids_.as<int32_t>();
         } else if (DeviceExpertTier *tier = m_.expert_tier()) {
-            acquire_selected(il, ids, K);
             pass.emplace(*tier, s_);
+            acquire_hits_first(il, ids, x, weights, slot_out + t * K * E);
+            run_ids = late_ids_.as<int32_t>();
         }
-        // K of the layer's experts: K / n_expert of each tensor's bytes.
-        const double share = double(K) / double(hp.n_expert);
-        scope.emplace(weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share));
-        // The same activation in the same format: quantized once, for both (float experts
-        // read x itself); IQ2_XXS and Q4_K pairs of one shape in one launch.
-        const bool same_format = gate.type == up.type && gate.k == up.k;
-        if (same_format && gate.n_rows == up.n_rows &&
-            ((gate.iq2_xxs && up.iq2_xxs) || (gate.q4_k && up.q4_k))) {
-            const cuda::Q8_KActivation a = x_quantized ? q8k_scratch() : quantize_q8_k(x, gate.k);
-            if (gate.iq2_xxs)
-                cuda::matvec_iq2_xxs_pair(gate.iq2_xxs->experts(), up.iq2_xxs->experts(), ids, K, a,
-                                          gate_.as<float>(), up_.as<float>(), s_);
-            else
-                cuda::matvec_q4_K_pair(gate.q4_k->experts(), up.q4_k->experts(), ids, K, a,
-                                       gate_.as<float>(), up_.as<float>(), s_);
-        } else {
-            experts_matvec(gate, ids, K, x, false, gate_.as<float>(), x_quantized);
-            experts_matvec(up, ids, K, x, false, up_.as<float>(),
-                           same_format || (x_quantized && up.q8_k_activations() && up.k == E));
-        }
-        scope.reset();
-        scope.emplace(profile_, s_, "moe swiglu");
-        // ds4 weights W2's input by the route weight (docs/MODEL.md 4.6). The down product's
-        // activation is quantized in the same launch where its format allows.
-        float *h = gate_.as<float>();
-        const float c = hp.swiglu_clamp[il];
-        bool quantized = false;
-        if (down.q8_k_activations() && size_t(K * F) <= sc_->q8k_q.bytes())
-            quantized =
-                cuda::swiglu_slots_q8_K(h, up_.as<float>(), K, F, c, weights, h, q8k_scratch(), s_);
-        else if (down.q8_0 && size_t(K * F) <= sc_->xq.bytes() &&
-                 cuda::swiglu_slots_q8_0(h, up_.as<float>(), K, F, c, weights, h,
-                                         sc_->xq.as<int8_t>(), sc_->xd.as<float>(), s_)) {
-            quantized = true;
-            sc_->quantized = {h, K * F};
-        }
-        if (!quantized) cuda::swiglu_slots(h, up_.as<float>(), K, F, c, weights, h, s_);
-        scope.reset();
-        scope.emplace(weight_scope("moe down", L.ffn_down_exps, share));
-        experts_matvec(down, ids, K, h, true, slot_out + t * K * E, quantized);
+        routed_experts(il, run_ids, x, x_quantized, weights, gate_.as<float>(), up_.as<float>(),
+                       slot_out + t * K * E);
     }
+}
+
+void CudaOps::routed_experts(uint32_t il, const int32_t *ids, const float *x, bool x_quantized,
+                             const float *weights, float *gate_out, float *up_out,
+                             float *slot_out) {
+    const model::HParams &hp = hp_;
+    const model::LayerWeights &L = m_.weights().layers[il];
+    const int K = int(hp.n_expert_used);
+    const int64_t E = hp.n_embd, F = hp.n_ff_exp;
+    const DeviceMatrix &gate = m_.matrix(L.ffn_gate_exps), &up = m_.matrix(L.ffn_up_exps),
+                       &down = m_.matrix(L.ffn_down_exps);
+    std::optional<ProfileScope> scope;
+    // K of the layer's experts: K / n_expert of each tensor's bytes.
+    const double share = double(K) / double(hp.n_expert);
+    scope.emplace(weight_scope("moe gate+up", L.ffn_gate_exps, 2 * share));
+    // The same activation in the same format: quantized once, for both (float experts
+    // read x itself); IQ2_XXS and Q4_K pairs of one shape in one launch.
+    const bool same_format = gate.type == up.type && gate.k == up.k;
+    if (same_format && gate.n_rows == up.n_rows &&
+        ((gate.iq2_xxs && up.iq2_xxs) || (gate.q4_k && up.q4_k))) {
+        const cuda::Q8_KActivation a = x_quantized ? q8k_scratch() : quantize_q8_k(x, gate.k);
+        if (gate.iq2_xxs)
+            cuda::matvec_iq2_xxs_pair(gate.iq2_xxs->experts(), up.iq2_xxs->experts(), ids, K, a,
+                                      gate_out, up_out, s_);
+        else
+            cuda::matvec_q4_K_pair(gate.q4_k->experts(), up.q4_k->experts(), ids, K, a, gate_out,
+                                   up_out, s_);
+    } else {
+        experts_matvec(gate, ids, K, x, false, gate_out, x_quantized);
+        experts_matvec(up, ids, K, x, false, up_out,
+                       same_format || (x_quantized && up.q8_k_activations() && up.k == E));
+    }
+    scope.reset();
+    scope.emplace(profile_, s_, "moe swiglu");
+    // ds4 weights W2's input by the route weight (docs/MODEL.md 4.6). The down product's
+    // activation is quantized in the same launch where its format allows.
+    float *h = gate_out;
+    const float c = hp.swiglu_clamp[il];
+    bool quantized = false;
+    if (down.q8_k_activations() && size_t(K * F) <= sc_->q8k_q.bytes())
+        quantized = cuda::swiglu_slots_q8_K(h, up_out, K, F, c, weights, h, q8k_scratch(), s_);
+    else if (down.q8_0 && size_t(K * F) <= sc_->xq.bytes() &&
+             cuda::swiglu_slots_q8_0(h, up_out, K, F, c, weights, h, sc_->xq.as<int8_t>(),
+                                     sc_->xd.as<float>(), s_)) {
+        quantized = true;
+        sc_->quantized = {h, K * F};
+    }
+    if (!quantized) cuda::swiglu_slots(h, up_out, K, F, c, weights, h, s_);
+    scope.reset();
+    scope.emplace(weight_scope("moe down", L.ffn_down_exps, share));
+    experts_matvec(down, ids, K, h, true, slot_out, quantized);
 }
 
 void CudaOps::grouped_product(const DeviceMatrix &w, const cuda::ExpertGroups &groups,

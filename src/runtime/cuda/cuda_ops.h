@@ -176,8 +176,22 @@ class CudaOps final : public Ops {
     // Streaming (DeviceModel::expert_tier): the n expert ids at `ids` (device) copied to the
     // host, which waits for s_ (valid until the next call).
     std::span<const int32_t> read_ids(const int32_t *ids, int64_t n);
-    // The layer's distinct experts among those n ids acquired in the device tier.
-    void acquire_selected(uint32_t il, const int32_t *ids, int64_t n);
+    // The layer's distinct experts among those n ids (increasing) acquired in the device tier;
+    // with hit, as DeviceExpertTier::acquire's (s_ not yet waiting for the uploads).
+    std::vector<uint32_t> acquire_selected(uint32_t il, const int32_t *ids, int64_t n,
+                                           std::vector<uint8_t> *hit = nullptr);
+    // One token's streamed pass, hits first: the selected experts acquired; where some hit and
+    // some miss, the hits' experts run at once (routed_experts on early_ids_, into gate_early_,
+    // up_early_ and the branch scratch, their outputs into slot_out) while the misses upload;
+    // then s_ waits for the uploads, and late_ids_ holds what the pass's later launch takes (the
+    // misses' ids, else all). DS4_CUDA_HITS_FIRST=0: one launch after the uploads, always.
+    void acquire_hits_first(uint32_t il, const int32_t *ids, const float *x, const float *weights,
+                            float *slot_out);
+    // One token's routed experts on `ids` (K of them; a negative id leaves its slot out): gate
+    // and up into gate_out and up_out, the SwiGLU with the route weights, down into slot_out.
+    // x_quantized: the Q8_K scratch holds x already (the router's launch quantized it).
+    void routed_experts(uint32_t il, const int32_t *ids, const float *x, bool x_quantized,
+                        const float *weights, float *gate_out, float *up_out, float *slot_out);
     // The routed products of a batch's pairs in `groups` (gate and up of every token's input,
     // SwiGLU with the routing weights, down into slot_out), the resident path's whole batch or
     // one streamed round; `tokens` is the token count the profile charges (the round's share).
@@ -324,6 +338,9 @@ class CudaOps final : public Ops {
     cuda::DeviceBuffer flat_, mixes_, head_w_;
     cuda::DeviceBuffer rows_, scores_, idx_scores_, selected_, topk_scratch_;
     cuda::DeviceBuffer expert_ids_, expert_w_, gate_, up_;
+    // Streamed: a hits-first pass's two sets of ids and the first launch's products.
+    cuda::DeviceBuffer early_ids_, late_ids_, gate_early_, up_early_;
+    bool hits_first_ = true;
     // scratch of a batch's operations (prefill): the HC mixers' inputs and outputs, the float
     // products' split sums, the Q8_K activations of every token (or pair), the grouping of the
     // routed pairs by expert

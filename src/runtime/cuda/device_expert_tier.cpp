@@ -252,7 +252,8 @@ void DeviceExpertTier::unpin_pass() {
     pass_open_ = false;
 }
 
-void DeviceExpertTier::acquire(uint32_t il, std::span<const uint32_t> experts, cudaStream_t s) {
+void DeviceExpertTier::acquire(uint32_t il, std::span<const uint32_t> experts, cudaStream_t s,
+                               std::vector<uint8_t> *hit) {
     if (pass_open_) throw Error("CUDA device tier: acquire before the last pass's release");
     if (il >= hp_.n_layer) throw Error(fmt::format("CUDA device tier: no layer {}", il));
     if (experts.size() > cache_.n_slots())
@@ -262,19 +263,22 @@ void DeviceExpertTier::acquire(uint32_t il, std::span<const uint32_t> experts, c
         if (experts[i] >= hp_.n_expert || (i > 0 && experts[i] <= experts[i - 1]))
             throw Error("CUDA device tier: a pass's experts must be distinct, increasing ids");
     pass_open_ = true;
+    if (hit) hit->assign(experts.size(), 0);
     std::vector<uint32_t> misses;
     int32_t filling = experts::ExpertCache::kNone;
     uint64_t hits = 0;
     try {
         // The pass's work on s comes after the last pass's kernels, whatever stream they ran on.
         if (released_once_) DS4_CUDA_CHECK(cudaStreamWaitEvent(s, released_, 0));
-        for (uint32_t e : experts) {
+        for (size_t i = 0; i < experts.size(); ++i) {
+            const uint32_t e = experts[i];
             cache_.select(il, e);
             const int32_t slot = cache_.slot_of(il, e);
             if (slot == experts::ExpertCache::kNone) {
                 misses.push_back(e);
                 continue;
             }
+            if (hit) (*hit)[i] = 1;
             cache_.pin(slot);
             cache_.touch(slot, ++tick_);
             pass_slots_.push_back(slot);
@@ -302,8 +306,11 @@ void DeviceExpertTier::acquire(uint32_t il, std::span<const uint32_t> experts, c
             wait_host_bytes();
             host_.layer_done(il);
             DS4_CUDA_CHECK(cudaEventRecord(uploaded_, copy_));
-            DS4_CUDA_CHECK(cudaStreamWaitEvent(s, uploaded_, 0));
+            uploads_unwaited_ = true;
+            if (!hit) wait_uploads(s);
         }
+        // The tables may go up before the uploads end: a kernel reads a missed expert's slot
+        // only after wait_uploads.
         push_tables(il, s);
     } catch (...) {
         // Nothing half-filled stays named, nothing stays pinned, no transfer still reads the
@@ -312,20 +319,33 @@ void DeviceExpertTier::acquire(uint32_t il, std::span<const uint32_t> experts, c
         cudaStreamSynchronize(copy_);
         copy_pending_ = false;
         copy_waits_release_ = false;
+        uploads_unwaited_ = false;
         if (!misses.empty()) host_.layer_done(il);
         unpin_pass();
         throw;
     }
     ++stats_.passes;
+    if (hit && hits > 0 && !misses.empty()) ++stats_.hits_first;
     stats_.acquires += experts.size();
     stats_.hits += hits;
     stats_.misses += misses.size();
     stats_.bytes_uploaded += misses.size() * layout_.file_bytes;
 }
 
+void DeviceExpertTier::wait_uploads(cudaStream_t s) {
+    if (!uploads_unwaited_) return;
+    DS4_CUDA_CHECK(cudaStreamWaitEvent(s, uploaded_, 0));
+    uploads_unwaited_ = false;
+}
+
 void DeviceExpertTier::release(cudaStream_t s) {
     if (!pass_open_) return;
-    const cudaError_t e = cudaEventRecord(released_, s);
+    // The event below covers the pass's uploads too (a hits-first pass whose misses' kernels
+    // were never enqueued).
+    cudaError_t e = cudaSuccess;
+    if (uploads_unwaited_) e = cudaStreamWaitEvent(s, uploaded_, 0);
+    uploads_unwaited_ = false;
+    if (e == cudaSuccess) e = cudaEventRecord(released_, s);
     if (e == cudaSuccess) {
         released_once_ = true;
     } else {

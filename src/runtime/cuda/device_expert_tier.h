@@ -72,7 +72,13 @@ class DeviceExpertTier {
 
     // experts: distinct, increasing, at most n_slots(). Throws ds4::Error for a pass already open,
     // too many experts, or the host tier's errors (nothing is then left pinned or half-filled).
-    void acquire(uint32_t il, std::span<const uint32_t> experts, cudaStream_t s);
+    // With `hit`, stream s does not wait for the misses' uploads yet (hits first): (*hit)[i] says
+    // whether experts[i] was in a slot already, and kernels reading only those may be enqueued
+    // on s at once; wait_uploads(s) comes before any that reads a miss (release does it too).
+    void acquire(uint32_t il, std::span<const uint32_t> experts, cudaStream_t s,
+                 std::vector<uint8_t> *hit = nullptr);
+    // Stream s waits for the open pass's uploads (nothing if they are waited for already).
+    void wait_uploads(cudaStream_t s);
     // The kernels reading the pass's experts are enqueued on s: their slots may be reused after.
     void release(cudaStream_t s);
     // A forward step is over (the host tier's step; the hotness decays every 16 steps).
@@ -129,6 +135,7 @@ class DeviceExpertTier {
     cudaEvent_t copied_ = nullptr, uploaded_ = nullptr, released_ = nullptr;
     bool copy_pending_ = false, released_once_ = false, pass_open_ = false;
     bool copy_waits_release_ = false;  // the pass's first repack still has to wait
+    bool uploads_unwaited_ = false;    // the open pass's stream has not waited for its uploads
     std::vector<int32_t> pass_slots_;
     void *registered_ = nullptr;  // the pinned host tier, unregistered at the end
     uint64_t tick_ = 0, steps_ = 0;
