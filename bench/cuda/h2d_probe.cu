@@ -18,14 +18,7 @@
 #include <cstring>
 #include <string>
 
-#define CHECK(x)                                                                             \
-    do {                                                                                     \
-        cudaError_t e_ = (x);                                                                \
-        if (e_ != cudaSuccess) {                                                             \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                    \
-        }                                                                                    \
-    } while (0)
+#include "probe_check.h"
 
 namespace {
 

@@ -78,6 +78,18 @@ struct ChunkStage {
     }
 };
 
+// The token of a batch (AttentionTokens, blockIdx.z): its q, rows and scores, and its row count
+// (read on the device where given; also a head's stride in scores, as mix reads them).
+__device__ __forceinline__ int64_t scores_token(const float *__restrict__ &q,
+                                                const float *__restrict__ &rows,
+                                                float *__restrict__ &scores, int64_t n_rows,
+                                                int64_t n_heads, int64_t d,
+                                                const int64_t *n_rows_dev, int64_t word_stride) {
+    const int64_t t = blockIdx.z;
+    q += t * n_heads * d, rows += t * n_rows * d, scores += t * n_heads * n_rows;
+    return n_rows_dev ? n_rows_dev[t * word_stride] : n_rows;
+}
+
 template <int WN>
 __global__ void __launch_bounds__(kThreads)
     scores_kernel(const float *__restrict__ q, const float *__restrict__ rows, int64_t n_rows,
@@ -86,12 +98,7 @@ __global__ void __launch_bounds__(kThreads)
                   VisibleRows visible) {
     constexpr int kRowTile = 16 * WN;
     dev::wait_for_previous_kernels();
-    {  // the token of a batch (AttentionTokens)
-        const int64_t t = blockIdx.z;
-        q += t * n_heads * d, rows += t * n_rows * d, scores += t * n_heads * n_rows;
-        if (n_rows_dev) n_rows_dev += t * word_stride;
-    }
-    if (n_rows_dev) n_rows = *n_rows_dev;  // also a head's stride in scores, as mix reads them
+    n_rows = scores_token(q, rows, scores, n_rows, n_heads, d, n_rows_dev, word_stride);
     const int64_t j0 = int64_t(blockIdx.x) * kRowTile, h0 = int64_t(blockIdx.y) * kHeadTile;
     if (j0 >= n_rows) return;  // beyond the rows in use (the grid is sized for the most)
     __shared__ double sq[kHeadTile][kPad];
@@ -178,12 +185,7 @@ __global__ void __launch_bounds__(kThreads)
                          const int64_t *__restrict__ n_rows_dev, int64_t word_stride,
                          VisibleRows visible) {
     dev::wait_for_previous_kernels();
-    {  // the token of a batch (AttentionTokens)
-        const int64_t t = blockIdx.z;
-        q += t * n_heads * d, rows += t * n_rows * d, scores += t * n_heads * n_rows;
-        if (n_rows_dev) n_rows_dev += t * word_stride;
-    }
-    if (n_rows_dev) n_rows = *n_rows_dev;  // also a head's stride in scores, as mix reads them
+    n_rows = scores_token(q, rows, scores, n_rows, n_heads, d, n_rows_dev, word_stride);
     const int64_t j0 = int64_t(blockIdx.x) * kStagedRows, h0 = int64_t(blockIdx.y) * kStagedHeads;
     if (j0 >= n_rows) return;
     extern __shared__ float4 scores_smem[];
