@@ -7,16 +7,21 @@
 # none), optionally prefixed by "base:" to run BASE's ds4-bench instead (the build the round
 # compares against). Logs, CSVs and a summary go to OUT. With -t "T1 T2 ...", the same model
 # also runs on the CPU backend at those thread counts (a short prompt, DS4_CPU_PROFILE=1: the
-# per-operation table in the log).
-#   bench/cuda/device_round.sh [-n TOKENS] [-r RUNS] [-c CTX] [-t THREADS] VARIANT...
+# per-operation table in the log). With -s SHAPE (a shape JSON of ds4-mkmodel), that layout
+# instead of the published one: bench/cuda/flash_64_experts.json is the Flash layout with 64
+# routed experts a layer instead of 256 (about 26 GiB in q2), whose decode step runs every layer's
+# attention and the same six experts' work as the full file's, resident on an 80 GB card (up to
+# 4,096 tokens of context: a JSON shape keeps the tiny shape's context length).
+#   bench/cuda/device_round.sh [-n TOKENS] [-r RUNS] [-c CTX] [-t THREADS] [-s SHAPE] VARIANT...
 set -uo pipefail
-gen=64 runs=2 ctx=2048 cpu_threads=""
-while getopts n:r:c:t: o; do
+gen=64 runs=2 ctx=2048 cpu_threads="" shape=flash
+while getopts n:r:c:t:s: o; do
   case $o in
     n) gen=$OPTARG ;;
     r) runs=$OPTARG ;;
     c) ctx=$OPTARG ;;
     t) cpu_threads=$OPTARG ;;
+    s) shape=$OPTARG ;;
     *) exit 2 ;;
   esac
 done
@@ -38,11 +43,11 @@ grep -E '^\[  FAILED  \]' "$OUT/test_cuda.log" | head -20 | tee -a "$summary"
 "$BIN/ds4-test" --backend-parity -m models/promessi-mini-q8_0.gguf --cuda >"$OUT/parity.log" 2>&1
 note "backend parity: rc $?: $(tail -n 3 "$OUT/parity.log" | tr '\n' ' ')"
 
-model=/dev/shm/ds4-flash-q2.gguf
+model=/dev/shm/ds4-$(basename "$shape" .json)-q2.gguf
 if [ ! -f "$model" ]; then
   t0=$(date +%s)
-  "$BIN/ds4-mkmodel" --shape flash --quant q2 --vocab models/ds4-vocab.gguf --out "$model" -q
-  note "mkmodel flash q2: rc $? in $(($(date +%s) - t0)) s"
+  "$BIN/ds4-mkmodel" --shape "$shape" --quant q2 --vocab models/ds4-vocab.gguf --out "$model" -q
+  note "mkmodel $shape q2: rc $? in $(($(date +%s) - t0)) s"
 fi
 
 i=0

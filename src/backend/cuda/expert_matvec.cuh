@@ -4,9 +4,8 @@
 // tensor, expert ids[i] in output slot i (blockIdx.y), the ids read on the device and the
 // expert's planes found through the tensor's expert table (expert_table.h); a negative id
 // leaves its slot out (the device tier's hits-first pass runs a layer's experts in two launches).
-// The
-// activation is one row for every slot (gate, up: the layer's input) or one row per slot (down:
-// each expert's own SwiGLU output), rows of k values.
+// The activation is one row for every slot (gate, up: the layer's input) or one row per slot
+// (down: each expert's own SwiGLU output), rows of k values.
 //
 // A block of 256 threads computes R rows of one expert per warp, looping over row groups (a
 // grid of ~3 blocks per multiprocessor, so that per-block set-up such as lookup tables is paid
