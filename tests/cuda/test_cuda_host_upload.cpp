@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/host_upload.h"
@@ -50,30 +51,37 @@ TEST(CudaHostUpload, SegmentOutsideTheBlockIsRefused) {
 
 // The device split alone against a byte loop on the host, where the tiled kernel's edges are: a
 // source one byte off a word boundary, a last tile that is short, and bytes on both sides of the
-// segment (Q2_K's 84-byte block: 16 scale bytes, 64 quant bytes into plane a, then d and dmin).
+// segment. Q2_K's 84-byte block (16 scale bytes, 64 quant bytes into plane a, then d and dmin)
+// fills tiles of a whole number of words; a 21-byte block fills 8,190 bytes a tile, so the tiles
+// alternate between word-aligned and not and each ends in a 2-byte tail.
 TEST(CudaHostUpload, SplitOfUnalignedBlocksEqualsAByteLoop) {
     DS4_REQUIRE_CUDA_DEVICE();
-    for (const int off : {0, 1}) {
-        constexpr int kBytes = 84, kOff = 16, kLen = 64;
-        constexpr int64_t kBlocks = 1000;  // 97 blocks a tile: the last tile has 30
-        std::vector<uint8_t> src(size_t(kBlocks) * kBytes + 1);
-        for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t((i * 2654435761u) >> 11);
-        std::vector<uint8_t> want_a, want_b;
-        for (int64_t i = 0; i < kBlocks; ++i)
-            for (int j = 0; j < kBytes; ++j) {
-                const uint8_t v = src[size_t(off) + size_t(i) * kBytes + size_t(j)];
-                (j >= kOff && j < kOff + kLen ? want_a : want_b).push_back(v);
-            }
-        DeviceBuffer d(src.size()), a(want_a.size()), b(want_b.size());
-        DS4_CUDA_CHECK(cudaMemcpy(d.get(), src.data(), src.size(), cudaMemcpyHostToDevice));
-        DS4_CUDA_CHECK(cudaMemset(a.get(), 0xa5, want_a.size()));  // poison
-        DS4_CUDA_CHECK(cudaMemset(b.get(), 0xa5, want_b.size()));
-        split_blocks_async(static_cast<uint8_t *>(d.get()) + off, kBlocks, kBytes, kOff, kLen,
-                           a.get(), b.get(), nullptr);
-        DS4_CUDA_CHECK(cudaDeviceSynchronize());
-        EXPECT_EQ(to_host<uint8_t>(a, want_a.size()), want_a) << "source offset " << off;
-        EXPECT_EQ(to_host<uint8_t>(b, want_b.size()), want_b) << "source offset " << off;
-    }
+    struct Shape {
+        int bytes, seg_off, seg_len;
+    };
+    for (const Shape sh : {Shape{84, 16, 64}, Shape{21, 3, 10}})
+        for (const int off : {0, 1}) {
+            constexpr int64_t kBlocks = 1000;  // 97 or 390 blocks a tile: the last one short
+            std::vector<uint8_t> src(size_t(kBlocks) * size_t(sh.bytes) + 1);
+            for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t((i * 2654435761u) >> 11);
+            std::vector<uint8_t> want_a, want_b;
+            for (int64_t i = 0; i < kBlocks; ++i)
+                for (int j = 0; j < sh.bytes; ++j) {
+                    const uint8_t v = src[size_t(off) + size_t(i) * size_t(sh.bytes) + size_t(j)];
+                    (j >= sh.seg_off && j < sh.seg_off + sh.seg_len ? want_a : want_b).push_back(v);
+                }
+            DeviceBuffer d(src.size()), a(want_a.size()), b(want_b.size());
+            DS4_CUDA_CHECK(cudaMemcpy(d.get(), src.data(), src.size(), cudaMemcpyHostToDevice));
+            DS4_CUDA_CHECK(cudaMemset(a.get(), 0xa5, want_a.size()));  // poison
+            DS4_CUDA_CHECK(cudaMemset(b.get(), 0xa5, want_b.size()));
+            split_blocks_async(static_cast<uint8_t *>(d.get()) + off, kBlocks, sh.bytes, sh.seg_off,
+                               sh.seg_len, a.get(), b.get(), nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const std::string where =
+                std::to_string(sh.bytes) + "-byte blocks, source offset " + std::to_string(off);
+            EXPECT_EQ(to_host<uint8_t>(a, want_a.size()), want_a) << where;
+            EXPECT_EQ(to_host<uint8_t>(b, want_b.size()), want_b) << where;
+        }
 }
 
 // 4096 x 4096 values (and 2 experts for the K formats): 32 to 72 MiB of blocks, so every format

@@ -606,14 +606,20 @@ void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t
     const VisibleRows in_place = visible ? *visible : VisibleRows{};
     // One token wants many blocks (16 rows each) and all of their loads in flight; a batch has
     // blocks enough and reads q less often.
-    if (tokens.n < 4 && d <= kStagedMaxD && staged_attention_enabled()) {
-        static const bool sized = [] {  // more shared memory than a static array may have
-            DS4_CUDA_CHECK(cudaFuncSetAttribute(scores_staged_kernel,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                int(staged_scores_smem(kStagedMaxD))));
-            return true;
-        }();
-        (void)sized;
+    // More shared memory than a static array may have: what d = kStagedMaxD needs, or the
+    // device's opt-in limit where that is less (a larger d then takes the register kernel).
+    static const size_t staged_smem_limit = [] {
+        int device = 0, optin = 0;
+        DS4_CUDA_CHECK(cudaGetDevice(&device));
+        DS4_CUDA_CHECK(
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        const size_t limit = std::min(staged_scores_smem(kStagedMaxD), size_t(optin));
+        DS4_CUDA_CHECK(cudaFuncSetAttribute(
+            scores_staged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
+        return limit;
+    }();
+    if (tokens.n < 4 && d <= kStagedMaxD && staged_scores_smem(d) <= staged_smem_limit &&
+        staged_attention_enabled()) {
         const dim3 grid(unsigned((n_rows + kStagedRows - 1) / kStagedRows),
                         unsigned((n_heads + kStagedHeads - 1) / kStagedHeads), unsigned(tokens.n));
         launch_kernel(scores_staged_kernel, grid, kThreads, staged_scores_smem(d), stream, q, rows,

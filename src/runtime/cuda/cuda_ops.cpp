@@ -1166,9 +1166,14 @@ void CudaOps::acquire_hits_first(uint32_t il, const int32_t *ids, const float *x
         }
     // Hits and misses both: the hits' launch now, the misses' after the uploads (else one
     // launch after them takes every slot).
-    const bool split = mask != 0 && mask != (1u << K) - 1;
+    const uint32_t all = K == 32 ? ~0u : (1u << K) - 1;
+    const bool split = mask != 0 && mask != all;
     int32_t *early_ids = early_ids_.as<int32_t>(), *late_ids = late_ids_.as<int32_t>();
-    cuda::split_ids(ids, K, split ? mask : 0, early_ids, late_ids, s_);
+    if (K <= 32)
+        cuda::split_ids(ids, K, split ? mask : 0, early_ids, late_ids, s_);
+    else  // more than split_ids takes (never hits first): the later launch takes them all
+        DS4_CUDA_CHECK(cudaMemcpyAsync(late_ids, ids, size_t(K) * sizeof(int32_t),
+                                       cudaMemcpyDeviceToDevice, s_));
     if (split) {
         // Into their own buffers and scratch (a branch's, unused with a tier: branches are off),
         // so that the later launch finds the router's quantized input as it left it. The gate
