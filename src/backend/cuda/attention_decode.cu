@@ -604,10 +604,9 @@ void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t
         throw ds4::Error("attention_scores: rows in place for one token, with their words");
     if (n_rows == 0 || n_heads == 0) return;
     const VisibleRows in_place = visible ? *visible : VisibleRows{};
-    // One token wants many blocks (16 rows each) and all of their loads in flight; a batch has
-    // blocks enough and reads q less often.
-    // More shared memory than a static array may have: what d = kStagedMaxD needs, or the
-    // device's opt-in limit where that is less (a larger d then takes the register kernel).
+    // The staged kernel takes more shared memory than a static array may have: what d =
+    // kStagedMaxD needs, or the device's opt-in limit where that is less (a larger d then takes
+    // the register kernel).
     static const size_t staged_smem_limit = [] {
         int device = 0, optin = 0;
         DS4_CUDA_CHECK(cudaGetDevice(&device));
@@ -618,6 +617,8 @@ void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t
             scores_staged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
         return limit;
     }();
+    // One token wants many blocks (16 rows each) and all of their loads in flight; a batch has
+    // blocks enough and reads q less often.
     if (tokens.n < 4 && d <= kStagedMaxD && staged_scores_smem(d) <= staged_smem_limit &&
         staged_attention_enabled()) {
         const dim3 grid(unsigned((n_rows + kStagedRows - 1) / kStagedRows),

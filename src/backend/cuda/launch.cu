@@ -4,28 +4,28 @@
 #include "backend/cuda/launch.cuh"
 
 namespace ds4::cuda {
+namespace {
+
+// A comparison switch: on unless the environment variable `name` is "0".
+bool on_unless_zero(const char *name) {
+    const char *v = std::getenv(name);
+    return v == nullptr || std::string(v) != "0";
+}
+
+}  // namespace
 
 bool pdl_enabled() {
-    static const bool on = [] {
-        const char *v = std::getenv("DS4_CUDA_PDL");
-        return v == nullptr || std::string(v) != "0";
-    }();
+    static const bool on = on_unless_zero("DS4_CUDA_PDL");
     return on;
 }
 
 bool mma_enabled() {
-    static const bool on = [] {
-        const char *v = std::getenv("DS4_CUDA_MMA");
-        return v == nullptr || std::string(v) != "0";
-    }();
+    static const bool on = on_unless_zero("DS4_CUDA_MMA");
     return on;
 }
 
 bool staged_attention_enabled() {
-    static const bool on = [] {
-        const char *v = std::getenv("DS4_CUDA_STAGED");
-        return v == nullptr || std::string(v) != "0";
-    }();
+    static const bool on = on_unless_zero("DS4_CUDA_STAGED");
     return on;
 }
 

@@ -259,8 +259,8 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
         late_ids_ = device_array<int32_t>(K);
         gate_early_ = device_array<float>(K * F);
         up_early_ = device_array<float>(K * F);
-        const char *v = std::getenv("DS4_CUDA_HITS_FIRST");
-        hits_first_ = v == nullptr || std::string(v) != "0";
+        if (const char *f = std::getenv("DS4_CUDA_HITS_FIRST"); f && std::string(f) == "0")
+            hits_first_ = false;
     }
     if (max_batch > 1) {  // prefill's scratch
         flat_batch_ = device_array<float>(size_t(max_batch) * hp.n_hc * hp.n_embd);
