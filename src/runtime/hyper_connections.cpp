@@ -4,8 +4,11 @@
 #include <cmath>
 #include <string>
 
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/thread_pool.h"
 #include "backend/cpu/vector_ops.h"
 #include "common/error.h"
+#include "quant/quant.h"
 
 namespace ds4::runtime {
 
@@ -14,17 +17,37 @@ using backend::cpu::sigmoid;
 namespace {
 
 // mixes = fn . (flat / rms(flat)) over each token's flattened n_hc x n_embd state.
+// One token: the norm, then the product over the pool by rows of fn. A batch: a task is a few
+// tokens, their norms and their product with all of fn's rows (a few dozen) while their
+// flattened states (64 KiB each at the published widths) are in L2; split by fn's rows, every
+// thread streamed every token's state from memory. The same bits either way (matmul.h).
 std::vector<float> hc_mixes(ForwardContext &ctx, model::Tensor fn, const float *X, int64_t m) {
-    const int64_t width = int64_t(ctx.hp.n_hc) * ctx.hp.n_embd;
-    std::vector<float> flat(size_t(m * width));
-    // A token per task (one token runs inline): each row's norm is the serial one.
-    ctx.pool.parallel_for(m, 1, [&](int64_t t0, int64_t t1, int) {
+    const int64_t width = int64_t(ctx.hp.n_hc) * ctx.hp.n_embd, n_mix = fn->ne[1];
+    std::vector<float> mixes(size_t(m * n_mix));
+    if (m == 1) {
+        std::vector<float> flat(static_cast<size_t>(width));
+        backend::cpu::rms_norm(X, nullptr, flat.data(), width, ctx.hp.rms_eps);
+        ctx.linear(fn, flat.data(), mixes.data(), 1);
+        return mixes;
+    }
+    if (quant::kernels(fn->type).vec_dot_type != GgmlType::F32)
+        throw Error("hc_pre: the mixer " + fn->name + " is " +
+                    std::string(ggml_type_name(fn->type)) +
+                    ", whose products take quantized activations (F32, F16 or BF16 expected)");
+    constexpr int64_t kTokensPerTask = 8;
+    const backend::cpu::WeightMatrix w =
+        backend::cpu::dense_matrix(fn->type, fn->data, n_mix, width);
+    std::vector<std::vector<float>> flat(size_t(ctx.pool.n_threads()));
+    ctx.pool.parallel_for(m, kTokensPerTask, [&](int64_t t0, int64_t t1, int thread) {
+        std::vector<float> &f = flat[size_t(thread)];
+        f.resize(size_t(kTokensPerTask * width));
         for (int64_t t = t0; t < t1; ++t)
-            backend::cpu::rms_norm(X + t * width, nullptr, flat.data() + t * width, width,
+            backend::cpu::rms_norm(X + t * width, nullptr, f.data() + (t - t0) * width, width,
                                    ctx.hp.rms_eps);
+        const backend::cpu::ActivationRows x{GgmlType::F32, f.data(), t1 - t0, width,
+                                             size_t(width) * sizeof(float)};
+        backend::cpu::matmul_activations_here(w, x, mixes.data() + t0 * n_mix);
     });
-    std::vector<float> mixes(size_t(m) * fn->ne[1]);
-    ctx.linear(fn, flat.data(), mixes.data(), m);
     return mixes;
 }
 

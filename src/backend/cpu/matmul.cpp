@@ -135,6 +135,13 @@ void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const Activatio
                       });
 }
 
+void matmul_activations_here(const WeightMatrix &w, const ActivationRows &x, float *Y) {
+    check_weight(w);
+    check_activations(w, x);
+    if (x.m <= 0 || w.n_rows == 0) return;
+    product_rows(w, x, multi_tables(w, x), Y, w.n_rows, 0, w.n_rows);
+}
+
 ActivationRows activation_rows(const ActivationRows &x, int64_t first, int64_t count) {
     if (first < 0 || count < 0 || first > x.m || count > x.m - first)
         throw Error("activation_rows: rows " + std::to_string(first) + " + " +

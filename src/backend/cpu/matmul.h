@@ -55,6 +55,10 @@ void matmul(ThreadPool &pool, ScratchBuffer &scratch, ds4::GgmlType type, const 
 // Y = X W^T with activations already in W's vec_dot format (quantize_activations), for inputs
 // shared by several matrices. Y is m rows of n_rows floats (dense).
 void matmul_activations(ThreadPool &pool, const WeightMatrix &w, const ActivationRows &x, float *Y);
+// The same product on the calling thread alone (the same bits): for a caller that splits its
+// work over the pool by activation rows instead, e.g. a matrix of a few dozen rows that each of
+// many tokens multiplies while its activation row is still in cache.
+void matmul_activations_here(const WeightMatrix &w, const ActivationRows &x, float *Y);
 
 // Rows [first, first + count) of x: a view, no copy. Throws if they are not all rows of x.
 ActivationRows activation_rows(const ActivationRows &x, int64_t first, int64_t count);

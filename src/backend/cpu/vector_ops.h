@@ -5,7 +5,10 @@
 
 namespace ds4::backend::cpu {
 
-// y = x / sqrt(mean(x^2) + eps) * w (w may be null: no weight). Sum of squares in double.
+// sum x[i]^2 in double, in 16 interleaved sums added in a fixed tree (vector_ops.cpp): the same
+// bits on every instruction set.
+double sum_of_squares(const float *x, int64_t n);
+// y = x / sqrt(mean(x^2) + eps) * w (w may be null: no weight). Sum of squares: sum_of_squares.
 void rms_norm(const float *x, const float *w, float *y, int64_t n, float eps);
 
 float silu(float x);
