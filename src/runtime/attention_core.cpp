@@ -78,6 +78,70 @@ void attend_heads(ForwardContext &ctx, uint32_t il, const float *q, const RowSeg
     }
 }
 
+// One token's heads over the pool in four phases: the scores by rows (every head against a chunk
+// of rows), the softmax weights by heads, the weighted sums by values (each task a slice of every
+// row for all the heads, which stays in L1), the inverse RoPE by heads. Every value is computed
+// by attend_heads' operations in its order (the same bits); each row is read from memory once,
+// where a task per range of heads read every row in each task (a decode step's attention on
+// 16 threads read its rows 16 times).
+void attend_token_split(ForwardContext &ctx, uint32_t il, const float *q,
+                        const RowSegment (&seg)[2], int64_t p, std::vector<float> &scores,
+                        std::vector<float> &den, float *o) {
+    using namespace backend::cpu;
+    const model::HParams &hp = ctx.hp;
+    const int64_t H = hp.n_head;
+    const uint32_t D = hp.head_dim;
+    const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+    const float *sinks = f32(ctx.w.layers[il].attn_sinks);
+    const RopeFreqs &rope = ctx.rope_for_layer(il);
+    const quant::TypeKernels &f32_dot = quant::kernels(GgmlType::F32);
+    const size_t row_bytes = size_t(D) * sizeof(float);
+    const size_t n_rows = seg[0].n + seg[1].n;
+    scores.resize(size_t(H) * n_rows);
+    den.resize(size_t(H));
+    constexpr int64_t kRowsPerTask = 16;
+    ctx.pool.parallel_for(int64_t(n_rows), kRowsPerTask, [&](int64_t r0, int64_t r1, int) {
+        size_t offset = 0;
+        for (const RowSegment &s : seg) {
+            const size_t a = std::max(size_t(r0), offset), b = std::min(size_t(r1), offset + s.n);
+            for (size_t j = a; j < b && f32_dot.vec_dot_multi == nullptr; ++j)
+                for (int64_t h = 0; h < H; ++h)
+                    scores[size_t(h) * n_rows + j] =
+                        f32_dot.vec_dot(D, s.rows + (j - offset) * D, q + size_t(h) * D);
+            if (a < b && f32_dot.vec_dot_multi != nullptr)
+                f32_dot.vec_dot_multi(D, s.rows + (a - offset) * D, row_bytes, int64_t(b - a), q,
+                                      row_bytes, H, scores.data() + a, int64_t(n_rows));
+            offset += s.n;
+        }
+    });
+    ctx.pool.parallel_for(H, 4, [&](int64_t h0, int64_t h1, int) {
+        for (int64_t h = h0; h < h1; ++h)
+            den[size_t(h)] =
+                attention_softmax(scores.data() + size_t(h) * n_rows, n_rows, scale, sinks[h]);
+    });
+    // A task: kMixValues values of 8 heads (the published shape: 64 tasks).
+    constexpr int64_t kHeadsPerTask = 8;
+    const int64_t n_slices = (D + kMixValues - 1) / kMixValues;
+    const int64_t n_groups = (H + kHeadsPerTask - 1) / kHeadsPerTask;
+    ctx.pool.parallel_for(n_slices * n_groups, 1, [&](int64_t i0, int64_t i1, int) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const uint32_t d0 = uint32_t(i % n_slices) * kMixValues;
+            const int64_t h0 = i / n_slices * kHeadsPerTask, h1 = std::min(H, h0 + kHeadsPerTask);
+            if (d0 + kMixValues <= D) {
+                attention_mix_heads(scores.data() + size_t(h0) * n_rows, n_rows, den.data() + h0,
+                                    size_t(h1 - h0), seg, 2, D, d0, o + size_t(h0) * D);
+                continue;
+            }
+            for (int64_t h = h0; h < h1; ++h)  // a head size that is no multiple of kMixValues
+                attention_mix_range(scores.data() + size_t(h) * n_rows, seg, 2, den[size_t(h)], D,
+                                    d0, D, o + size_t(h) * D);
+        }
+    });
+    ctx.pool.parallel_for(H, 8, [&](int64_t h0, int64_t h1, int) {
+        for (int64_t h = h0; h < h1; ++h) rope_tail(o + size_t(h) * D, D, rope, p, true);
+    });
+}
+
 }  // namespace
 
 void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const AttentionInputs &in,
@@ -167,8 +231,8 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
     gather(ctx, st.comp, 0, n_shared, nullptr, comp.data());
 
     // A batch of at least a token per thread: a task is a token (all its heads; a token that
-    // selects copies its rows there). A smaller batch (decode): a task is a range of one token's
-    // heads, and the rows of a token that selects are copied first, on the pool.
+    // selects copies its rows there). A smaller batch (decode): token by token, each over the
+    // pool (attend_token_split), the rows of a token that selects copied first, on the pool.
     const bool by_token = n >= ctx.pool.n_threads();
     std::vector<std::vector<float>> selected_rows(static_cast<size_t>(by_token ? 0 : n));
     if (!by_token)
@@ -179,9 +243,23 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
                 gather(ctx, st.comp, 0, 0, &sel, selected_rows[size_t(t)].data());
             }
     scope.next("attention: attend");
+    if (!by_token) {
+        std::vector<float> scores, den;
+        for (int64_t t = 0; t < n; ++t) {
+            const int64_t p = p0 + t;
+            const int64_t first = std::max<int64_t>(0, p - W + 1);
+            const TokenView &v = view[size_t(t)];
+            RowSegment seg[2] = {{raw.data() + size_t(first - base) * D, size_t(p - first + 1)},
+                                 {comp.data(), v.n_comp}};
+            if (v.selects) seg[1] = {selected_rows[size_t(t)].data(), v.selected.size()};
+            attend_token_split(ctx, il, in.q + size_t(t) * H * D, seg, p, scores, den,
+                               O + size_t(t) * H * D);
+        }
+        return;
+    }
     std::vector<std::vector<float>> scores(size_t(ctx.pool.n_threads())),
         rows(size_t(ctx.pool.n_threads()));
-    ctx.pool.parallel_for(n * H, by_token ? H : 0, [&](int64_t i0, int64_t i1, int thread) {
+    ctx.pool.parallel_for(n * H, H, [&](int64_t i0, int64_t i1, int thread) {
         for (int64_t i = i0; i < i1;) {
             const int64_t t = i / H, h0 = i % H, h1 = std::min<int64_t>(H, h0 + (i1 - i));
             const int64_t p = p0 + t;
@@ -190,13 +268,10 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
             RowSegment seg[2] = {{raw.data() + size_t(first - base) * D, size_t(p - first + 1)},
                                  {comp.data(), v.n_comp}};
             if (v.selects) {
-                std::vector<float> &own =
-                    by_token ? rows[size_t(thread)] : selected_rows[size_t(t)];
-                if (by_token) {
-                    own.resize(v.selected.size() * D);
-                    for (size_t k = 0; k < v.selected.size(); ++k)
-                        st.comp.get(v.selected[k], own.data() + k * D);
-                }
+                std::vector<float> &own = rows[size_t(thread)];
+                own.resize(v.selected.size() * D);
+                for (size_t k = 0; k < v.selected.size(); ++k)
+                    st.comp.get(v.selected[k], own.data() + k * D);
                 seg[1] = {own.data(), v.selected.size()};
             }
             attend_heads(ctx, il, in.q + size_t(t) * H * D, seg, p, h0, h1, scores[size_t(thread)],

@@ -1,15 +1,19 @@
 // The model's numeric primitives against independent references: ml_dtypes' FP8/FP4 casts and
-// scipy's Hadamard matrix (fixtures/primitives.json, from gen_primitive_fixtures.py), and the
-// YaRN frequency table printed in docs/MODEL.md 4.0.
+// scipy's Hadamard matrix (fixtures/primitives.json, from gen_primitive_fixtures.py), the
+// YaRN frequency table printed in docs/MODEL.md 4.0, the sum of squares against a long double
+// sum, and the attention mix's split forms against its one-head form.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "backend/cpu/attention_mix.h"
 #include "backend/cpu/qat_sim.h"
 #include "backend/cpu/rope.h"
+#include "backend/cpu/vector_ops.h"
 #include "runtime/hyper_connections.h"
 
 using namespace ds4::backend::cpu;
@@ -120,6 +124,70 @@ TEST(HyperConnections, SinkhornIsDoublyStochastic) {
             EXPECT_NEAR(row, 1.0f,
                         1e-2);  // rows converge more slowly (the last pass is on columns)
         }
+    }
+}
+
+// 16 interleaved double sums of exact squares: within n double roundings of the exact sum
+// (long double here, whose 64-bit significand makes this sum's own error ~2^11 times smaller),
+// at every length around the 16-lane groups, on values spanning 2^-20..2^20.
+TEST(RmsNorm, SumOfSquaresIsTheSumWithinDoubleRounding) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+    std::uniform_int_distribution<int> ex(-20, 20), sign(0, 1);
+    for (int64_t n : {0, 1, 15, 16, 17, 31, 33, 512, 4096, 16384, 16397}) {
+        std::vector<float> x(static_cast<size_t>(n));
+        for (float &v : x) v = std::ldexp(mant(rng), ex(rng)) * (sign(rng) ? -1.0f : 1.0f);
+        long double exact = 0.0L;
+        for (float v : x) exact += (long double)v * (long double)v;
+        const double got = sum_of_squares(x.data(), n);
+        EXPECT_LE(std::fabs((long double)got - exact), (long double)(n + 1) * 0x1p-53L * exact)
+            << "n " << n;
+        if (n == 0) {
+            EXPECT_EQ(got, 0.0);
+        }
+    }
+    // rms_norm's scale is 1 / sqrt(mean + eps) of that sum, rounded to float.
+    std::vector<float> x(4096), y(4096);
+    for (float &v : x) v = std::ldexp(mant(rng), ex(rng) / 4);
+    rms_norm(x.data(), nullptr, y.data(), 4096, 1e-6f);
+    long double ss = 0.0L;
+    for (float v : x) ss += (long double)v * v;
+    const float scale = float(1.0L / std::sqrt(ss / 4096.0L + 1e-6L));
+    for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_NEAR(y[i], x[i] * scale, 2.0f * std::fabs(x[i] * scale) * 0x1p-24f) << i;
+}
+
+// attention_mix_heads (4 heads at once, kMixValues values) and attention_softmax +
+// attention_mix_range give attention_mix_head's bits: 6 heads (a group of 4 and 2 alone), 2
+// slices of values, rows in two segments, scores spanning large magnitudes.
+TEST(AttentionMix, SplitFormsEqualOneHeadBitForBit) {
+    constexpr uint32_t D = 2 * kMixValues;
+    constexpr size_t H = 6, n0 = 37, n1 = 21, n = n0 + n1;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> rows0(n0 * D), rows1(n1 * D), scores(H * n), sinks(H);
+    for (float &v : rows0) v = nd(rng);
+    for (float &v : rows1) v = nd(rng);
+    for (float &v : scores) v = 8.0f * nd(rng);
+    for (float &v : sinks) v = nd(rng);
+    const RowSegment seg[2] = {{rows0.data(), n0}, {rows1.data(), n1}};
+    const float scale = 0.125f;
+    std::vector<float> want(H * D), heads(H * D, NAN), range(H * D, NAN);
+    std::vector<float> sc = scores;
+    for (size_t h = 0; h < H; ++h)
+        attention_mix_head(sc.data() + h * n, seg, 2, scale, sinks[h], D, want.data() + h * D);
+    std::vector<float> e = scores, den(H);
+    for (size_t h = 0; h < H; ++h) den[h] = attention_softmax(e.data() + h * n, n, scale, sinks[h]);
+    for (uint32_t d0 = 0; d0 < D; d0 += kMixValues)
+        attention_mix_heads(e.data(), n, den.data(), H, seg, 2, D, d0, heads.data());
+    for (size_t h = 0; h < H; ++h)
+        for (uint32_t d0 = 0; d0 < D; d0 += 16)  // ranges of any width
+            attention_mix_range(e.data() + h * n, seg, 2, den[h], D, d0, d0 + 16,
+                                range.data() + h * D);
+    for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(want[i])) << i;
+        ASSERT_EQ(std::bit_cast<uint32_t>(heads[i]), std::bit_cast<uint32_t>(want[i])) << i;
+        ASSERT_EQ(std::bit_cast<uint32_t>(range[i]), std::bit_cast<uint32_t>(want[i])) << i;
     }
 }
 

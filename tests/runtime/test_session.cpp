@@ -86,9 +86,10 @@ TEST(Session, PrefillThenDecodeEqualsDecodeOnly) {
 }
 
 // The CPU attention runs a batch with at least a token per thread as a task a token, and a
-// smaller one with each token's heads split across the threads (a thread's share may span two
-// tokens): 5 threads and chunks of 3 (split) and 7 (by token), across the indexer's first
-// selection (position 19), equal token-by-token decode on 1 thread.
+// smaller one token by token, each token's scores split across the threads by rows and its
+// outputs by values (runtime/attention_core.cpp attend_token_split): 5 threads and chunks of 2, 3
+// (split) and 7 (by token), across the indexer's first selection (position 19), equal
+// token-by-token decode on 1 thread (by token: a batch of one on one thread).
 TEST(Session, BatchesSmallerAndLargerThanThePoolEqualDecodeOnly) {
     auto m1 = Model::load(tiny_model(), {.n_threads = 1});
     auto m5 = Model::load(tiny_model(), {.n_threads = 5});
