@@ -8,19 +8,20 @@
 # llama-bench when LLAMA_BENCH names one.
 #
 #   BIN=build/bin BASE=old/bin LLAMA_BENCH=llama-bench LIB=libdir OUT=out \
-#     bench/cpu_round.sh [-t "THREADS ..."] [-c "PROMPT_TOKENS ..."] [-n GEN_TOKENS]
+#     bench/cpu_round.sh [-t "THREADS ..."] [-c "PROMPT_TOKENS ..."] [-n GEN_TOKENS] [-k "CHUNKS ..."]
 #
 # Each prompt length L runs `ds4-bench --ctx-start L --ctx-max L` (an L-token prefill in chunks
-# of 256, then GEN_TOKENS greedy tokens) and `llama-bench -p L -n GEN_TOKENS`. This build's
+# of 256, or of each size -k lists for this build, then GEN_TOKENS greedy tokens) and `llama-bench -p L -n GEN_TOKENS`. This build's
 # runs set DS4_CPU_PROFILE=1 (the per-operation table goes to its log). Logs, CSVs and a
 # summary go to OUT.
 set -uo pipefail
-threads=16 lengths=128 gen=16
-while getopts t:c:n: o; do
+threads=16 lengths=128 gen=16 chunks=256
+while getopts t:c:n:k: o; do
   case $o in
     t) threads=$OPTARG ;;
     c) lengths=$OPTARG ;;
     n) gen=$OPTARG ;;
+    k) chunks=$OPTARG ;;
     *) exit 2 ;;
   esac
 done
@@ -67,18 +68,19 @@ for t in $threads; do
   note "$("$BIN/bench_disk_read" "$model" --mode mapped --threads "$t" --bytes 32000000000 2>&1)"
 done
 
-run_ds4() {  # TAG BINDIR THREADS LENGTH [ENV...]
-  local tag=$1 dir=$2 t=$3 len=$4
-  shift 4
-  env "$@" "$dir/ds4-bench" -m "$model" --cpu -t "$t" --prompt-file bench/data/promessi_sposi.txt \
-    --ctx-start "$len" --ctx-max "$len" -n "$gen" --runs 1 --csv "$OUT/$tag-$t-$len.csv" \
-    >"$OUT/$tag-$t-$len.log" 2>&1
-  note "ds4 $tag -t $t ctx $len: rc $?: $(grep -o 'run 1/1.*' "$OUT/$tag-$t-$len.log" | tail -n 1)"
+run_ds4() {  # TAG BINDIR THREADS LENGTH CHUNK [ENV...]
+  local tag=$1 dir=$2 t=$3 len=$4 chunk=$5
+  shift 5
+  local log=$OUT/$tag-$t-$len-$chunk
+  env "$@" "$dir/ds4-bench" -m "$model" --cpu -t "$t" --chunk "$chunk" \
+    --prompt-file bench/data/promessi_sposi.txt --ctx-start "$len" --ctx-max "$len" -n "$gen" \
+    --runs 1 --csv "$log.csv" >"$log.log" 2>&1
+  note "ds4 $tag -t $t ctx $len chunk $chunk: rc $?: $(grep -o 'run 1/1.*' "$log.log" | tail -n 1)"
 }
 for len in $lengths; do
   for t in $threads; do
-    [ -n "$BASE" ] && run_ds4 base "$BASE" "$t" "$len"
-    run_ds4 new "$BIN" "$t" "$len" DS4_CPU_PROFILE=1
+    [ -n "$BASE" ] && run_ds4 base "$BASE" "$t" "$len" 256
+    for chunk in $chunks; do run_ds4 new "$BIN" "$t" "$len" "$chunk" DS4_CPU_PROFILE=1; done
     if [ -n "$LLAMA_BENCH" ]; then
       "$LLAMA_BENCH" -m "$model" -t "$t" -p "$len" -n "$gen" -r 2 -o md \
         >"$OUT/llama-$t-$len.log" 2>&1
