@@ -26,7 +26,7 @@ cudaEvent_t OpProfile::event() {
 }
 
 size_t OpProfile::begin(cudaStream_t s, std::string key, double bytes) {
-    Pending p{event(), event(), std::move(key), bytes};
+    Pending p{event(), event(), std::move(key), bytes, batch_ > 1};
     DS4_CUDA_CHECK(cudaEventRecord(p.start, s));
     pending_.push_back(std::move(p));
     return pending_.size() - 1;
@@ -40,7 +40,7 @@ void OpProfile::collect() {
     for (Pending &p : pending_) {
         float ms = 0;
         DS4_CUDA_CHECK(cudaEventElapsedTime(&ms, p.start, p.stop));
-        times_.add(p.key, ms, p.bytes);
+        table(p.prefill).add(p.key, ms, p.bytes);
         free_.push_back(p.start);
         free_.push_back(p.stop);
     }
@@ -48,7 +48,9 @@ void OpProfile::collect() {
 }
 
 void OpProfile::report() const {
-    if (on_) times_.report("CUDA profile");
+    if (!on_) return;
+    decode_.report("CUDA profile, decode (one-token batches)");
+    prefill_.report("CUDA profile, prefill (batches of several tokens)");
 }
 
 }  // namespace ds4::runtime::cuda_backend

@@ -4,6 +4,7 @@
 // session ends (one line per class: calls, ms per token, share, bytes of weights read per token
 // and the bandwidth that makes). Profiling launches every kernel (no graph: events between the
 // operations of a captured graph would not time them), so the total is the eager step's time.
+// One-token batches (decode) and larger ones (prefill) have a table each, as on the CPU.
 // Off, a scope costs one branch.
 #include <cuda_runtime.h>
 
@@ -30,7 +31,11 @@ class OpProfile {
     void end(cudaStream_t s, size_t call);
     // After the stream is synchronised: adds the pending calls' times to their classes.
     void collect();
-    void count_tokens(int64_t n) { times_.count_tokens(n); }
+    // A batch of n tokens begins: its calls go to the decode table (n = 1) or the prefill one.
+    void count_tokens(int64_t n) {
+        batch_ = n;
+        table(n > 1).count_tokens(n);
+    }
     // The table, on stderr (nothing when off or nothing was timed).
     void report() const;
 
@@ -39,13 +44,16 @@ class OpProfile {
         cudaEvent_t start, stop;
         std::string key;
         double bytes;
+        bool prefill;
     };
+    OpTimes &table(bool prefill) { return prefill ? prefill_ : decode_; }
     cudaEvent_t event();
 
     bool on_ = false;
     std::vector<Pending> pending_;
     std::vector<cudaEvent_t> free_;
-    OpTimes times_;
+    int64_t batch_ = 1;
+    OpTimes decode_, prefill_;
 };
 
 // RAII: one operation of the profile (nothing when the profile is off).
