@@ -7,13 +7,13 @@
 # build and, when BASE is set, the build it is compared with, and through llama.cpp's
 # llama-bench when LLAMA_BENCH names one.
 #
-#   BIN=build/bin BASE=old/bin LLAMA_BENCH=llama-bench LIB=libdir OUT=out \
+#   BIN=build/bin BASE=old/bin LLAMA_BENCH=llama-bench LLAMA_REPS=2 LIB=libdir OUT=out \
 #     bench/cpu_round.sh [-t "THREADS ..."] [-c "PROMPT_TOKENS ..."] [-n GEN_TOKENS] [-k "CHUNKS ..."]
 #
 # Each prompt length L runs `ds4-bench --ctx-start L --ctx-max L` (an L-token prefill in chunks
-# of 256, or of each size -k lists for this build, then GEN_TOKENS greedy tokens) and `llama-bench -p L -n GEN_TOKENS`. This build's
-# runs set DS4_CPU_PROFILE=1 (the per-operation table goes to its log). Logs, CSVs and a
-# summary go to OUT.
+# of 256, or of each size -k lists for this build, then GEN_TOKENS greedy tokens) and
+# `llama-bench -p L -n GEN_TOKENS -r LLAMA_REPS`. This build's runs set DS4_CPU_PROFILE=1 (the
+# per-operation table goes to its log). Logs, CSVs and a summary go to OUT.
 set -uo pipefail
 threads=16 lengths=128 gen=16 chunks=256
 while getopts t:c:n:k: o; do
@@ -27,6 +27,7 @@ while getopts t:c:n:k: o; do
 done
 BIN=${BIN:-$PWD/build/bin} BASE=${BASE:-} LLAMA_BENCH=${LLAMA_BENCH:-} LIB=${LIB:-}
 MATVEC=${MATVEC:-1}  # 0: no bench_matvec
+LLAMA_REPS=${LLAMA_REPS:-2}  # llama-bench -r
 OUT=${OUT:-/tmp/ds4-cpu-round}
 [ -n "$LIB" ] && export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$OUT"
@@ -82,7 +83,7 @@ for len in $lengths; do
     [ -n "$BASE" ] && run_ds4 base "$BASE" "$t" "$len" 256
     for chunk in $chunks; do run_ds4 new "$BIN" "$t" "$len" "$chunk" DS4_CPU_PROFILE=1; done
     if [ -n "$LLAMA_BENCH" ]; then
-      "$LLAMA_BENCH" -m "$model" -t "$t" -p "$len" -n "$gen" -r 2 -o md \
+      "$LLAMA_BENCH" -m "$model" -t "$t" -p "$len" -n "$gen" -r "$LLAMA_REPS" -o md \
         >"$OUT/llama-$t-$len.log" 2>&1
       note "llama.cpp -t $t ctx $len: rc $?"
       grep -E '^\|' "$OUT/llama-$t-$len.log" | tee -a "$summary"
