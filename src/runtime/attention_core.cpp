@@ -79,11 +79,11 @@ void attend_heads(ForwardContext &ctx, uint32_t il, const float *q, const RowSeg
 }
 
 // One token's heads over the pool in four phases: the scores by rows (every head against a chunk
-// of rows), the softmax weights by heads, the weighted sums by values (each task a slice of every
-// row for all the heads, which stays in L1), the inverse RoPE by heads. Every value is computed
-// by attend_heads' operations in its order (the same bits); each row is read from memory once,
-// where a task per range of heads read every row in each task (a decode step's attention on
-// 16 threads read its rows 16 times).
+// of rows), the softmax weights by heads, the weighted sums by values (a task: a 64-value slice
+// of every row for 8 heads, the slice in registers for four heads at a time), the inverse RoPE by
+// heads. Every value is computed by attend_heads' operations in its order (the same bits); the
+// scores read each row once, where a task per range of heads read every row in each task (a
+// decode step's attention on 16 threads read its rows 16 times).
 void attend_token_split(ForwardContext &ctx, uint32_t il, const float *q,
                         const RowSegment (&seg)[2], int64_t p, std::vector<float> &scores,
                         std::vector<float> &den, float *o) {
