@@ -39,42 +39,60 @@ void gather(ForwardContext &ctx, const RowStore &store, size_t first, size_t end
     });
 }
 
+// What attending one token's heads needs of layer il.
+struct HeadsSetup {
+    uint32_t D;
+    float scale;
+    const float *sinks;
+    const backend::cpu::RopeFreqs &rope;
+};
+HeadsSetup heads_setup(ForwardContext &ctx, uint32_t il) {
+    const uint32_t D = ctx.hp.head_dim;
+    return {D, static_cast<float>(1.0 / std::sqrt(double(D))), f32(ctx.w.layers[il].attn_sinks),
+            ctx.rope_for_layer(il)};
+}
+
+// Scores of rows [r0, r1) of the two segments (in order, n_rows in all) against n_heads query
+// heads q: scores[h * n_rows + j]. The f32 dot of the block-format kernels (SIMD, f64
+// accumulation, the same result on every path); the multi-row form scores the heads against each
+// row at once, with vec_dot's bits per head and row.
+void score_rows(uint32_t D, const float *q, int64_t n_heads, const RowSegment (&seg)[2], size_t r0,
+                size_t r1, size_t n_rows, float *scores) {
+    const quant::TypeKernels &f32_dot = quant::kernels(GgmlType::F32);
+    const size_t row_bytes = size_t(D) * sizeof(float);
+    size_t offset = 0;
+    for (const RowSegment &s : seg) {
+        const size_t a = std::max(r0, offset), b = std::min(r1, offset + s.n);
+        offset += s.n;
+        if (a >= b) continue;
+        const float *rows = s.rows + (a - (offset - s.n)) * D;
+        if (f32_dot.vec_dot_multi != nullptr) {
+            f32_dot.vec_dot_multi(D, rows, row_bytes, int64_t(b - a), q, row_bytes, n_heads,
+                                  scores + a, int64_t(n_rows));
+            continue;
+        }
+        for (int64_t h = 0; h < n_heads; ++h)
+            for (size_t j = a; j < b; ++j)
+                scores[size_t(h) * n_rows + j] =
+                    f32_dot.vec_dot(D, rows + (j - a) * D, q + size_t(h) * D);
+    }
+}
+
 // Heads [h0, h1) of one token: scores of its rows (two segments, in order), softmax with the
 // sink, the weighted sum of the rows, inverse RoPE on each output's tail. q: the token's H x D
 // queries; o: its H x D outputs.
 void attend_heads(ForwardContext &ctx, uint32_t il, const float *q, const RowSegment (&seg)[2],
                   int64_t p, int64_t h0, int64_t h1, std::vector<float> &scores, float *o) {
     using namespace backend::cpu;
-    const model::HParams &hp = ctx.hp;
-    const uint32_t D = hp.head_dim;
-    const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
-    const float *sinks = f32(ctx.w.layers[il].attn_sinks);
-    const RopeFreqs &rope = ctx.rope_for_layer(il);
-    // The f32 dot of the block-format kernels (SIMD, f64 accumulation, same result on every
-    // path). The multi-row form scores the heads against each row at once, with the bits of
-    // vec_dot per head and row.
-    const quant::TypeKernels &f32_dot = quant::kernels(GgmlType::F32);
-    const size_t row_bytes = size_t(D) * sizeof(float);
+    const HeadsSetup c = heads_setup(ctx, il);
     const size_t n_rows = seg[0].n + seg[1].n;
     scores.resize(size_t(h1 - h0) * n_rows);
-    size_t offset = 0;
-    for (const RowSegment &s : seg) {
-        if (s.n == 0) continue;
-        if (f32_dot.vec_dot_multi != nullptr)
-            f32_dot.vec_dot_multi(D, s.rows, row_bytes, static_cast<int64_t>(s.n),
-                                  q + size_t(h0) * D, row_bytes, h1 - h0, scores.data() + offset,
-                                  static_cast<int64_t>(n_rows));
-        else
-            for (int64_t h = h0; h < h1; ++h)
-                for (size_t j = 0; j < s.n; ++j)
-                    scores[size_t(h - h0) * n_rows + offset + j] =
-                        f32_dot.vec_dot(D, s.rows + j * D, q + size_t(h) * D);
-        offset += s.n;
-    }
+    score_rows(c.D, q + size_t(h0) * c.D, h1 - h0, seg, 0, n_rows, n_rows, scores.data());
     for (int64_t h = h0; h < h1; ++h) {
-        float *oh = o + size_t(h) * D;
-        attention_mix_head(scores.data() + size_t(h - h0) * n_rows, seg, 2, scale, sinks[h], D, oh);
-        rope_tail(oh, D, rope, p, true);
+        float *oh = o + size_t(h) * c.D;
+        attention_mix_head(scores.data() + size_t(h - h0) * n_rows, seg, 2, c.scale, c.sinks[h],
+                           c.D, oh);
+        rope_tail(oh, c.D, c.rope, p, true);
     }
 }
 
@@ -88,36 +106,20 @@ void attend_token_split(ForwardContext &ctx, uint32_t il, const float *q,
                         const RowSegment (&seg)[2], int64_t p, std::vector<float> &scores,
                         std::vector<float> &den, float *o) {
     using namespace backend::cpu;
-    const model::HParams &hp = ctx.hp;
-    const int64_t H = hp.n_head;
-    const uint32_t D = hp.head_dim;
-    const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
-    const float *sinks = f32(ctx.w.layers[il].attn_sinks);
-    const RopeFreqs &rope = ctx.rope_for_layer(il);
-    const quant::TypeKernels &f32_dot = quant::kernels(GgmlType::F32);
-    const size_t row_bytes = size_t(D) * sizeof(float);
+    const HeadsSetup c = heads_setup(ctx, il);
+    const uint32_t D = c.D;
+    const int64_t H = ctx.hp.n_head;
     const size_t n_rows = seg[0].n + seg[1].n;
     scores.resize(size_t(H) * n_rows);
     den.resize(size_t(H));
     constexpr int64_t kRowsPerTask = 16;
     ctx.pool.parallel_for(int64_t(n_rows), kRowsPerTask, [&](int64_t r0, int64_t r1, int) {
-        size_t offset = 0;
-        for (const RowSegment &s : seg) {
-            const size_t a = std::max(size_t(r0), offset), b = std::min(size_t(r1), offset + s.n);
-            for (size_t j = a; j < b && f32_dot.vec_dot_multi == nullptr; ++j)
-                for (int64_t h = 0; h < H; ++h)
-                    scores[size_t(h) * n_rows + j] =
-                        f32_dot.vec_dot(D, s.rows + (j - offset) * D, q + size_t(h) * D);
-            if (a < b && f32_dot.vec_dot_multi != nullptr)
-                f32_dot.vec_dot_multi(D, s.rows + (a - offset) * D, row_bytes, int64_t(b - a), q,
-                                      row_bytes, H, scores.data() + a, int64_t(n_rows));
-            offset += s.n;
-        }
+        score_rows(D, q, H, seg, size_t(r0), size_t(r1), n_rows, scores.data());
     });
     ctx.pool.parallel_for(H, 4, [&](int64_t h0, int64_t h1, int) {
         for (int64_t h = h0; h < h1; ++h)
             den[size_t(h)] =
-                attention_softmax(scores.data() + size_t(h) * n_rows, n_rows, scale, sinks[h]);
+                attention_softmax(scores.data() + size_t(h) * n_rows, n_rows, c.scale, c.sinks[h]);
     });
     // A task: kMixValues values of 8 heads (the published shape: 64 tasks).
     constexpr int64_t kHeadsPerTask = 8;
@@ -138,7 +140,7 @@ void attend_token_split(ForwardContext &ctx, uint32_t il, const float *q,
         }
     });
     ctx.pool.parallel_for(H, 8, [&](int64_t h0, int64_t h1, int) {
-        for (int64_t h = h0; h < h1; ++h) rope_tail(o + size_t(h) * D, D, rope, p, true);
+        for (int64_t h = h0; h < h1; ++h) rope_tail(o + size_t(h) * D, D, c.rope, p, true);
     });
 }
 
