@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "backend/cpu/matmul.h"
@@ -37,14 +38,16 @@ std::vector<float> hc_mixes(ForwardContext &ctx, model::Tensor fn, const float *
     constexpr int64_t kTokensPerTask = 8;
     const backend::cpu::WeightMatrix w =
         backend::cpu::dense_matrix(fn->type, fn->data, n_mix, width);
-    std::vector<std::vector<float>> flat(size_t(ctx.pool.n_threads()));
+    // Each thread's block of states, written before it is read (not zero-filled: 512 KiB a
+    // thread and a call at the published widths).
+    std::vector<std::unique_ptr<float[]>> flat(size_t(ctx.pool.n_threads()));
     ctx.pool.parallel_for(m, kTokensPerTask, [&](int64_t t0, int64_t t1, int thread) {
-        std::vector<float> &f = flat[size_t(thread)];
-        f.resize(size_t(kTokensPerTask * width));
+        std::unique_ptr<float[]> &f = flat[size_t(thread)];
+        if (!f) f = std::make_unique_for_overwrite<float[]>(size_t(kTokensPerTask * width));
         for (int64_t t = t0; t < t1; ++t)
-            backend::cpu::rms_norm(X + t * width, nullptr, f.data() + (t - t0) * width, width,
+            backend::cpu::rms_norm(X + t * width, nullptr, f.get() + (t - t0) * width, width,
                                    ctx.hp.rms_eps);
-        const backend::cpu::ActivationRows x{GgmlType::F32, f.data(), t1 - t0, width,
+        const backend::cpu::ActivationRows x{GgmlType::F32, f.get(), t1 - t0, width,
                                              size_t(width) * sizeof(float)};
         backend::cpu::matmul_activations_here(w, x, mixes.data() + t0 * n_mix);
     });
