@@ -142,13 +142,8 @@ void CpuOps::swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp)
     const CpuScope scope(ctx_.profile, "swiglu");
     // Element by element (an exp each: 2,048 a token, ~0.5 M for a 256-token chunk, which ran on
     // one thread), in ranges over the pool.
-    constexpr int64_t kGrain = 512;
-    const int64_t ranges = (n + kGrain - 1) / kGrain;
-    ctx_.pool.parallel_for(m * ranges, 1, [&](int64_t i0, int64_t i1, int) {
-        for (int64_t i = i0; i < i1; ++i) {
-            const int64_t t = i / ranges, d0 = i % ranges * kGrain, d1 = std::min(n, d0 + kGrain);
-            backend::cpu::swiglu_clamped(G + t * n + d0, U + t * n + d0, d1 - d0, clamp, 1.0f);
-        }
+    for_token_columns(ctx_.pool, m, uint32_t(n), [&](int64_t t, uint32_t d0, uint32_t d1) {
+        backend::cpu::swiglu_clamped(G + t * n + d0, U + t * n + d0, d1 - d0, clamp, 1.0f);
     });
 }
 
