@@ -1,6 +1,7 @@
 #include "runtime/attention_core.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -56,8 +57,8 @@ HeadsSetup heads_setup(ForwardContext &ctx, uint32_t il) {
 // heads q: scores[h * n_rows + j]. The f32 dot of the block-format kernels (SIMD, f64
 // accumulation, the same result on every path); the multi-row form scores the heads against each
 // row at once, with vec_dot's bits per head and row.
-void score_rows(uint32_t D, const float *q, int64_t n_heads, const RowSegment (&seg)[2], size_t r0,
-                size_t r1, size_t n_rows, float *scores) {
+void score_rows(uint32_t D, const float *q, int64_t n_heads, const std::array<RowSegment, 2> &seg,
+                size_t r0, size_t r1, size_t n_rows, float *scores) {
     const quant::TypeKernels &f32_dot = quant::kernels(GgmlType::F32);
     const size_t row_bytes = size_t(D) * sizeof(float);
     size_t offset = 0;
@@ -78,19 +79,21 @@ void score_rows(uint32_t D, const float *q, int64_t n_heads, const RowSegment (&
     }
 }
 
-// Heads [h0, h1) of one token: scores of its rows (two segments, in order), softmax with the
-// sink, the weighted sum of the rows, inverse RoPE on each output's tail. q: the token's H x D
+// Every head of one token: scores of its rows (two segments, in order), softmax with the sink,
+// the weighted sum of the rows, inverse RoPE on each output's tail. q: the token's H x D
 // queries; o: its H x D outputs.
-void attend_heads(ForwardContext &ctx, uint32_t il, const float *q, const RowSegment (&seg)[2],
-                  int64_t p, int64_t h0, int64_t h1, std::vector<float> &scores, float *o) {
+void attend_heads(ForwardContext &ctx, uint32_t il, const float *q,
+                  const std::array<RowSegment, 2> &seg, int64_t p, std::vector<float> &scores,
+                  float *o) {
     using namespace backend::cpu;
     const HeadsSetup c = heads_setup(ctx, il);
+    const int64_t H = ctx.hp.n_head;
     const size_t n_rows = seg[0].n + seg[1].n;
-    scores.resize(size_t(h1 - h0) * n_rows);
-    score_rows(c.D, q + size_t(h0) * c.D, h1 - h0, seg, 0, n_rows, n_rows, scores.data());
-    for (int64_t h = h0; h < h1; ++h) {
+    scores.resize(size_t(H) * n_rows);
+    score_rows(c.D, q, H, seg, 0, n_rows, n_rows, scores.data());
+    for (int64_t h = 0; h < H; ++h) {
         float *oh = o + size_t(h) * c.D;
-        attention_mix_head(scores.data() + size_t(h - h0) * n_rows, seg, 2, c.scale, c.sinks[h],
+        attention_mix_head(scores.data() + size_t(h) * n_rows, seg.data(), 2, c.scale, c.sinks[h],
                            c.D, oh);
         rope_tail(oh, c.D, c.rope, p, true);
     }
@@ -103,7 +106,7 @@ void attend_heads(ForwardContext &ctx, uint32_t il, const float *q, const RowSeg
 // scores read each row once, where a task per range of heads read every row in each task (a
 // decode step's attention on 16 threads read its rows 16 times).
 void attend_token_split(ForwardContext &ctx, uint32_t il, const float *q,
-                        const RowSegment (&seg)[2], int64_t p, std::vector<float> &scores,
+                        const std::array<RowSegment, 2> &seg, int64_t p, std::vector<float> &scores,
                         std::vector<float> &den, float *o) {
     using namespace backend::cpu;
     const HeadsSetup c = heads_setup(ctx, il);
@@ -131,12 +134,12 @@ void attend_token_split(ForwardContext &ctx, uint32_t il, const float *q,
             const int64_t h0 = i / n_slices * kHeadsPerTask, h1 = std::min(H, h0 + kHeadsPerTask);
             if (d0 + kMixValues <= D) {
                 attention_mix_heads(scores.data() + size_t(h0) * n_rows, n_rows, den.data() + h0,
-                                    size_t(h1 - h0), seg, 2, D, d0, o + size_t(h0) * D);
+                                    size_t(h1 - h0), seg.data(), 2, D, d0, o + size_t(h0) * D);
                 continue;
             }
             for (int64_t h = h0; h < h1; ++h)  // a head size that is no multiple of kMixValues
-                attention_mix_range(scores.data() + size_t(h) * n_rows, seg, 2, den[size_t(h)], D,
-                                    d0, D, o + size_t(h) * D);
+                attention_mix_range(scores.data() + size_t(h) * n_rows, seg.data(), 2,
+                                    den[size_t(h)], D, d0, D, o + size_t(h) * D);
         }
     });
     ctx.pool.parallel_for(H, 8, [&](int64_t h0, int64_t h1, int) {
@@ -245,40 +248,39 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
                 gather(ctx, st.comp, 0, 0, &sel, selected_rows[size_t(t)].data());
             }
     scope.next("attention: attend");
+    // Token t's rows: its raw window, then the compressed rows it sees (`selected`: the rows a
+    // selecting token's indexer picked, copied).
+    auto token_rows = [&](int64_t t, const std::vector<float> *selected) {
+        const int64_t first = std::max<int64_t>(0, p0 + t - W + 1);
+        const TokenView &v = view[size_t(t)];
+        std::array<RowSegment, 2> seg = {
+            RowSegment{raw.data() + size_t(first - base) * D, size_t(p0 + t - first + 1)},
+            RowSegment{comp.data(), v.n_comp}};
+        if (v.selects) seg[1] = {selected->data(), v.selected.size()};
+        return seg;
+    };
     if (!by_token) {
         std::vector<float> scores, den;
         for (int64_t t = 0; t < n; ++t) {
-            const int64_t p = p0 + t;
-            const int64_t first = std::max<int64_t>(0, p - W + 1);
-            const TokenView &v = view[size_t(t)];
-            RowSegment seg[2] = {{raw.data() + size_t(first - base) * D, size_t(p - first + 1)},
-                                 {comp.data(), v.n_comp}};
-            if (v.selects) seg[1] = {selected_rows[size_t(t)].data(), v.selected.size()};
-            attend_token_split(ctx, il, in.q + size_t(t) * H * D, seg, p, scores, den,
+            const std::array<RowSegment, 2> seg = token_rows(t, &selected_rows[size_t(t)]);
+            attend_token_split(ctx, il, in.q + size_t(t) * H * D, seg, p0 + t, scores, den,
                                O + size_t(t) * H * D);
         }
         return;
     }
     std::vector<std::vector<float>> scores(size_t(ctx.pool.n_threads())),
         rows(size_t(ctx.pool.n_threads()));
-    ctx.pool.parallel_for(n * H, H, [&](int64_t i0, int64_t i1, int thread) {
-        for (int64_t i = i0; i < i1;) {
-            const int64_t t = i / H, h0 = i % H, h1 = std::min<int64_t>(H, h0 + (i1 - i));
-            const int64_t p = p0 + t;
-            const int64_t first = std::max<int64_t>(0, p - W + 1);
+    ctx.pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1, int thread) {
+        for (int64_t t = t0; t < t1; ++t) {
             const TokenView &v = view[size_t(t)];
-            RowSegment seg[2] = {{raw.data() + size_t(first - base) * D, size_t(p - first + 1)},
-                                 {comp.data(), v.n_comp}};
+            std::vector<float> &own = rows[size_t(thread)];
             if (v.selects) {
-                std::vector<float> &own = rows[size_t(thread)];
                 own.resize(v.selected.size() * D);
                 for (size_t k = 0; k < v.selected.size(); ++k)
                     st.comp.get(v.selected[k], own.data() + k * D);
-                seg[1] = {own.data(), v.selected.size()};
             }
-            attend_heads(ctx, il, in.q + size_t(t) * H * D, seg, p, h0, h1, scores[size_t(thread)],
-                         O + size_t(t) * H * D);
-            i += h1 - h0;
+            attend_heads(ctx, il, in.q + size_t(t) * H * D, token_rows(t, &own), p0 + t,
+                         scores[size_t(thread)], O + size_t(t) * H * D);
         }
     });
 }
