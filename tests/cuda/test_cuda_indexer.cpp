@@ -139,11 +139,13 @@ TEST_P(CudaIndexerScores, BitForBitCpu) {
 }
 
 // Flash's indexer (64 heads of 128) around the 512 rows of its top-k, one row, a row count that
-// is not a whole tile; then shapes whose heads do not fill the block's 256 threads evenly.
+// is not a whole tile, the most rows of 16-row tiles (4 tiles a block) and more (64-row tiles,
+// more tiles than blocks); then shapes whose heads do not fill the block's 256 threads evenly.
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaIndexerScores,
                          ::testing::Values(ScoreCase{64, 128, 1}, ScoreCase{64, 128, 511},
                                            ScoreCase{64, 128, 512}, ScoreCase{64, 128, 513},
                                            ScoreCase{64, 128, 5000}, ScoreCase{64, 128, 37},
+                                           ScoreCase{64, 128, 33792}, ScoreCase{64, 128, 40000},
                                            ScoreCase{96, 64, 301}, ScoreCase{7, 40, 100},
                                            ScoreCase{1, 8, 20}),
                          [](const auto &info) {

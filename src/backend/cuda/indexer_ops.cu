@@ -1,5 +1,8 @@
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/indexer_ops.h"
 #include "backend/cuda/launch.cuh"
@@ -65,26 +68,34 @@ __global__ void __launch_bounds__(kScoreThreads)
 
 // The same scores with a register tile (the shape of Flash's indexer: at most 64 heads, a head
 // size that is a multiple of 4, at most 128): thread t holds the dot products of heads t % 16 +
-// 16 u (u < 4) with rows t / 16 + 16 v (v < 4) of a 64-row tile, reading q and the rows as
-// float4s (8 shared-memory reads for 64 products, not 128). Each dot product is still the
+// 16 u (u < 4) with rows t / 16 + 16 v (v < V) of a tile of 16 V rows, reading q and the rows as
+// float4s (4 + V shared-memory reads for 4 V products, not 8 V). Each dot product is still the
 // sequential f32 sum over j of its own; then the products go to shared memory and thread r adds
 // its row's in head order, as above. q rows are padded to head_dim + 4 floats when head_dim is a
-// multiple of 8 (a quarter warp's 8 heads then read 8 different bank groups).
-constexpr int kTiledHeads = 64, kTiledRows = 64, kTiledMaxDim = 128;
+// multiple of 8 (a quarter warp's 8 heads then read 8 different bank groups). q and each tile's
+// rows arrive by cp.async, every 16-byte piece of them in flight at once (a loop that stores
+// each loaded value to shared memory before it issues the next load waits a memory latency per
+// piece). V = 4 (64-row tiles) for batches and long contexts; one token of up to 33,792 rows
+// takes V = 1, so that a 2K context's ~512 rows are 33 blocks of 16 rows instead of 9 of 64.
+// Blocks past the rows counted on the device return at once.
+constexpr int kTiledHeads = 64, kTiledMaxDim = 128;
 
 __host__ __device__ constexpr int tiled_stride(int head_dim) {
     return head_dim % 8 == 0 ? head_dim + 4 : head_dim;
 }
+template <int V>
 __host__ __device__ constexpr size_t tiled_smem_floats(int head_dim) {
-    return size_t(kTiledHeads + kTiledRows) * size_t(tiled_stride(head_dim)) + kTiledHeads +
-           size_t(kTiledRows) * (kTiledHeads + 1);
+    return size_t(kTiledHeads + 16 * V) * size_t(tiled_stride(head_dim)) + kTiledHeads +
+           size_t(16 * V) * (kTiledHeads + 1);
 }
 
+template <int V>
 __global__ void __launch_bounds__(kScoreThreads)
     indexer_scores_tiled_kernel(const float *__restrict__ q, const float *__restrict__ w,
                                 float wscale, const float *__restrict__ rows, int64_t n_rows,
                                 int n_heads, int head_dim, float *__restrict__ score,
                                 const int64_t *__restrict__ n_rows_dev, int64_t word_stride) {
+    constexpr int kRows = 16 * V;
     dev::wait_for_previous_kernels();
     {  // the token of a batch (IndexerTokens)
         const int64_t tok = blockIdx.y;
@@ -92,42 +103,47 @@ __global__ void __launch_bounds__(kScoreThreads)
         if (n_rows_dev) n_rows_dev += tok * word_stride;
     }
     if (n_rows_dev) n_rows = *n_rows_dev;
+    const int64_t n_tiles = (n_rows + kRows - 1) / kRows;
+    if (blockIdx.x >= n_tiles) return;  // a grid sized for the capacity: rows not written yet
     extern __shared__ float4 tiled_smem[];
     const int H = n_heads, I = head_dim, S = tiled_stride(I), p_stride = kTiledHeads + 1;
+    const int quads = I / 4;  // float4s a row
     float *sq = reinterpret_cast<float *>(tiled_smem);  // [64][S], heads >= H zero
-    float *srows = sq + kTiledHeads * S;                // [64][S]
-    float *sw = srows + kTiledRows * S;                 // [64]
-    float *sprod = sw + kTiledHeads;                    // [64][65]
+    float *srows = sq + kTiledHeads * S;                // [kRows][S]
+    float *sw = srows + kRows * S;                      // [64]
+    float *sprod = sw + kTiledHeads;                    // [kRows][65]
     const int t = threadIdx.x, hg = t % 16, rg = t / 16;
-    for (int i = t; i < kTiledHeads * I; i += kScoreThreads)
-        sq[(i / I) * S + i % I] = i < H * I ? q[i] : 0.0f;
+    for (int i = t; i < kTiledHeads * quads; i += kScoreThreads) {
+        const int h = i / quads, c = 4 * (i % quads);
+        dev::copy_16_async(sq + h * S + c, h < H ? q + h * I + c : q, h < H);
+    }
+    dev::commit_async_copies();
     for (int h = t; h < H; h += kScoreThreads) sw[h] = __fmul_rn(w[h], wscale);
-    const int64_t n_tiles = (n_rows + kTiledRows - 1) / kTiledRows;
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int64_t row0 = tile * kTiledRows;
-        const int tile_rows = int(min(int64_t(kTiledRows), n_rows - row0));
-        __syncthreads();  // q and w' staged; the previous tile's rows and products consumed
-        for (int i = t; i < kTiledRows * I / 4; i += kScoreThreads) {
-            const int r = i / (I / 4), c = 4 * (i % (I / 4));
-            const float4 v =
-                r < tile_rows ? __ldg(reinterpret_cast<const float4 *>(rows + (row0 + r) * I + c))
-                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            *reinterpret_cast<float4 *>(srows + r * S + c) = v;
+        const int64_t row0 = tile * kRows;
+        const int tile_rows = int(min(int64_t(kRows), n_rows - row0));
+        __syncthreads();  // the previous tile's rows and products consumed
+        for (int i = t; i < kRows * quads; i += kScoreThreads) {
+            const int r = i / quads, c = 4 * (i % quads);
+            dev::copy_16_async(srows + r * S + c, r < tile_rows ? rows + (row0 + r) * I + c : rows,
+                               r < tile_rows);
         }
-        __syncthreads();
-        float dot[4][4] = {};
+        dev::commit_async_copies();
+        dev::wait_async_copies(0);  // this thread's pieces of q and of the tile
+        __syncthreads();            // everybody's
+        float dot[4][V] = {};
         for (int j = 0; j < I; j += 4) {
-            float4 qv[4], kv[4];
+            float4 qv[4], kv[V];
 #pragma unroll
             for (int u = 0; u < 4; ++u)
                 qv[u] = *reinterpret_cast<const float4 *>(sq + (hg + 16 * u) * S + j);
 #pragma unroll
-            for (int v = 0; v < 4; ++v)
+            for (int v = 0; v < V; ++v)
                 kv[v] = *reinterpret_cast<const float4 *>(srows + (rg + 16 * v) * S + j);
 #pragma unroll
             for (int u = 0; u < 4; ++u)
 #pragma unroll
-                for (int v = 0; v < 4; ++v) {
+                for (int v = 0; v < V; ++v) {
                     float x = dot[u][v];
                     x = __fadd_rn(x, __fmul_rn(qv[u].x, kv[v].x));
                     x = __fadd_rn(x, __fmul_rn(qv[u].y, kv[v].y));
@@ -138,7 +154,7 @@ __global__ void __launch_bounds__(kScoreThreads)
 #pragma unroll
         for (int u = 0; u < 4; ++u)
 #pragma unroll
-            for (int v = 0; v < 4; ++v) {
+            for (int v = 0; v < V; ++v) {
                 const int h = hg + 16 * u;
                 // std::max(dot, 0.0f) is (dot < 0) ? 0 : dot (a NaN stays a NaN)
                 if (h < H)
@@ -189,12 +205,13 @@ __device__ uint32_t block_exclusive_sum(uint32_t v, uint32_t *warp_sums) {
 }
 
 // One block. Radix select, most significant byte first: at each pass the keys that agree with
-// the prefix chosen so far are counted by their next byte; walking the bins from the top finds
-// the byte of the remaining-th largest of them. After four passes the prefix is the k-th
-// largest key T itself, and `take` the number of keys equal to T among the k best. Then the
-// flags sel_i = key_i > T || (key_i == T && #{j < i : key_j == T} < take) (ties to the lower
-// index, as on the CPU) are scanned over the block in index order, thread t owning the t-th
-// contiguous segment, and each selected index goes to its position.
+// the prefix chosen so far are counted by their next byte; the bins' counts from the top, summed
+// by a block scan, find the byte of the remaining-th largest of them. After four passes the
+// prefix is the k-th largest key T itself, and `take` the number of keys equal to T among the k
+// best. Then the flags sel_i = key_i > T || (key_i == T && #{j < i : key_j == T} < take) (ties to
+// the lower index, as on the CPU) are scanned over the block in index order, thread t owning the
+// t-th contiguous segment, and each selected index goes to its position. The keys of a warp that
+// fall in one bin are counted by one shared-memory atomic (most scores share their top byte).
 __global__ void __launch_bounds__(kTopKThreads)
     top_k_kernel(const float *__restrict__ score, uint32_t n, uint32_t k, int32_t *__restrict__ out,
                  const int64_t *__restrict__ n_dev, int64_t word_stride) {
@@ -211,23 +228,29 @@ __global__ void __launch_bounds__(kTopKThreads)
     __shared__ uint32_t hist[256];
     __shared__ uint32_t warp_sums[kTopKWarps];
     __shared__ uint32_t s_prefix, s_remaining;
-    const uint32_t t = threadIdx.x;
+    const uint32_t t = threadIdx.x, lane = t % 32;
     uint32_t prefix = 0, mask = 0, remaining = k;
     for (int shift = 24; shift >= 0; shift -= 8) {
         if (t < 256) hist[t] = 0;
         __syncthreads();
-        for (uint32_t i = t; i < n; i += kTopKThreads) {
-            const uint32_t key = order_key(score[i]);
-            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1u);
+        // The warp's first index is the same for its 32 lanes, so all of them run each pass.
+        for (uint32_t i0 = t - lane; i0 < n; i0 += kTopKThreads) {
+            const uint32_t i = i0 + lane;
+            const uint32_t key = i < n ? order_key(score[i]) : 0u;
+            const bool counted = i < n && (key & mask) == prefix;
+            const uint32_t bin = counted ? (key >> shift) & 0xffu : 256u;
+            const uint32_t same = __match_any_sync(0xffffffffu, bin);
+            if (counted && lane == uint32_t(__ffs(same) - 1)) atomicAdd(&hist[bin], __popc(same));
         }
         __syncthreads();
-        if (t == 0) {
-            // 1 <= remaining <= the number of keys counted: the loop stops at a bin
-            uint32_t above = 0;
-            int b = 255;
-            for (; b > 0 && above + hist[b] < remaining; --b) above += hist[b];
-            s_prefix = prefix | (uint32_t(b) << shift);
-            s_remaining = remaining - above;
+        // Thread u < 256 takes bin 255 - u: `before` counts the keys of the bins above it. The
+        // chosen bin is the first from the top whose keys reach `remaining` (bin 0 if none does;
+        // 1 <= remaining <= the keys counted, so some bin does).
+        const uint32_t count = t < 256 ? hist[255 - t] : 0u;
+        const uint32_t before = block_exclusive_sum(count, warp_sums);
+        if (t < 256 && before < remaining && (before + count >= remaining || t == 255)) {
+            s_prefix = prefix | ((255u - t) << shift);
+            s_remaining = remaining - before;
         }
         __syncthreads();
         prefix = s_prefix;
@@ -265,23 +288,33 @@ void indexer_scores(const float *q, const float *w, float wscale, const float *r
     if (n_heads <= 0 || n_heads > kScoreThreads || head_dim <= 0)
         throw ds4::Error("indexer_scores: needs 1 to 256 heads of at least one value");
     const int64_t n_tiles = (n_rows + kTileRows - 1) / kTileRows;
-    if (n_heads <= kTiledHeads && head_dim % 4 == 0 && head_dim <= kTiledMaxDim) {
-        constexpr size_t kSmem = tiled_smem_floats(kTiledMaxDim) * sizeof(float);
-        static const bool sized = [] {  // more shared memory than a static array may have
-            DS4_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_tiled_kernel,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                int(kSmem)));
-            return true;
-        }();
-        (void)sized;
-        // A block per token and several tiles each when a batch has blocks enough (q is
-        // staged once per block).
-        const int64_t tiles = (n_rows + kTiledRows - 1) / kTiledRows;
-        const int64_t per_token = std::max<int64_t>(1, kScoreBlocks / tokens.n);
-        const dim3 grid(unsigned(std::min(tiles, per_token)), unsigned(tokens.n));
-        launch_kernel(indexer_scores_tiled_kernel, grid, kScoreThreads,
-                      tiled_smem_floats(head_dim) * sizeof(float), stream, q, w, wscale, rows,
-                      n_rows, n_heads, head_dim, score, n_rows_dev, tokens.word_stride);
+    const bool aligned =
+        reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(rows) % 16 == 0;
+    if (n_heads <= kTiledHeads && head_dim % 4 == 0 && head_dim <= kTiledMaxDim && aligned) {
+        // A block per token and several tiles each when a batch has blocks enough (q is staged
+        // once per block); one token takes 16-row tiles up to 4 a block (33,792 rows, a context
+        // of 135K tokens at ratio 4), where the grid is otherwise a few blocks.
+        const auto launch_tiled = [&](auto rows_per_group) {
+            constexpr int V = decltype(rows_per_group)::value;
+            constexpr size_t kSmem = tiled_smem_floats<V>(kTiledMaxDim) * sizeof(float);
+            static const bool sized = [] {  // more shared memory than a static array may have
+                DS4_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_tiled_kernel<V>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    int(kSmem)));
+                return true;
+            }();
+            (void)sized;
+            const int64_t tiles = (n_rows + 16 * V - 1) / (16 * V);
+            const int64_t per_token = std::max<int64_t>(1, kScoreBlocks / tokens.n);
+            const dim3 grid(unsigned(std::min(tiles, per_token)), unsigned(tokens.n));
+            launch_kernel(indexer_scores_tiled_kernel<V>, grid, kScoreThreads,
+                          tiled_smem_floats<V>(head_dim) * sizeof(float), stream, q, w, wscale,
+                          rows, n_rows, n_heads, head_dim, score, n_rows_dev, tokens.word_stride);
+        };
+        if (tokens.n == 1 && n_rows <= 4 * 16 * kScoreBlocks)
+            launch_tiled(std::integral_constant<int, 1>{});
+        else
+            launch_tiled(std::integral_constant<int, 4>{});
         DS4_CUDA_CHECK(cudaGetLastError());
         return;
     }

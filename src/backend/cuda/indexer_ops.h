@@ -7,9 +7,12 @@
 //                    them), so the same operations in the same order as the CPU: equal bits.
 //                    The dot products run in parallel (each a sequential f32 sum of its own),
 //                    the sum over heads of a row on one thread. Up to 64 heads of a multiple of
-//                    4 values, at most 128 (Flash's 64 x 128): a thread keeps 4 heads x 4 rows
-//                    of a 64-row tile in registers (q, the tile and the products in 82.5 KiB of
-//                    shared memory). Otherwise one head's dot a thread, q (padded rows), w' and
+//                    4 values, at most 128 (Flash's 64 x 128), q and rows 16-byte aligned: a
+//                    thread keeps 4 heads x 4 rows of a 64-row tile in registers (q, the tile
+//                    and the products in 82.5 KiB of shared memory), or, for one token of up to
+//                    33,792 rows, 4 heads x 1 row of a 16-row tile (more blocks for a decode
+//                    step's few hundred rows). Otherwise one head's dot a thread, q (padded
+//                    rows), w' and
 //                    a tile of 16 rows in n_heads (head_dim + 1) + n_heads + 16 (head_dim +
 //                    n_heads + 1) floats, at most 48 KiB.
 //   top_k_ascending  the same set as the CPU's (std::partial_sort, a larger score first, the
@@ -38,7 +41,7 @@ struct IndexerTokens {
 };
 
 // q: [n_heads][head_dim]; w: [n_heads] (unchanged); rows: [n_rows][head_dim] back to back;
-// score: [n_rows] (all device). n_heads at most 256; rows 16-byte aligned (read as float4s).
+// score: [n_rows] (all device). n_heads at most 256.
 // n_rows_dev (device, optional): the row count read on the device, at most n_rows (which then
 // sizes the grid), for a step captured once and replayed at every position.
 void indexer_scores(const float *q, const float *w, float wscale, const float *rows, int64_t n_rows,
