@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kScoreThreads)
     if (blockIdx.x >= n_tiles) return;  // a grid sized for the capacity: rows not written yet
     extern __shared__ float4 tiled_smem[];
     const int H = n_heads, I = head_dim, S = tiled_stride(I), p_stride = kTiledHeads + 1;
-    const int quads = I / 4;  // float4s a row
+    const int quads = I / 4;                            // float4s a row
     float *sq = reinterpret_cast<float *>(tiled_smem);  // [64][S], heads >= H zero
     float *srows = sq + kTiledHeads * S;                // [kRows][S]
     float *sw = srows + kRows * S;                      // [64]
