@@ -49,7 +49,7 @@ void CpuOps::begin_batch(std::span<const int32_t> tokens) {
 }
 
 float *CpuOps::buffer(size_t n) {
-    return buffers_.emplace_back(n, 0.0f).data();
+    return buffers_.take(n);
 }
 
 void CpuOps::end_batch() {

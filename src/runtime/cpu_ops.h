@@ -1,10 +1,10 @@
 #pragma once
 // The CPU backend of the model order (runtime/ops.h): every operation runs at once, on the
 // thread pool, in host memory; the attention state is a KvCache.
-#include <deque>
 #include <memory>
 #include <vector>
 
+#include "runtime/batch_buffers.h"
 #include "runtime/cpu_context.h"
 #include "runtime/kv_cache.h"
 #include "runtime/ops.h"
@@ -40,8 +40,8 @@ class CpuOps final : public Ops {
     int64_t n_past() const override { return cache_.n_past; }
     void begin_batch(std::span<const int32_t> tokens) override;
     float *buffer(size_t n) override;
-    size_t mark() const override { return buffers_.size(); }
-    void release(size_t mark) override { buffers_.resize(mark); }
+    size_t mark() const override { return buffers_.mark(); }
+    void release(size_t mark) override { buffers_.release(mark); }
     void end_batch() override;
 
     void embed(float *X) override;
@@ -71,7 +71,7 @@ class CpuOps final : public Ops {
     ForwardContext ctx_;
     KvCache cache_;
     std::vector<int32_t> tokens_;             // the current batch
-    std::deque<std::vector<float>> buffers_;  // the current batch's buffers
+    BatchBuffers buffers_;  // the current batch's buffers, their memory kept for the next
 };
 
 }  // namespace ds4::runtime

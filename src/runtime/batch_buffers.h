@@ -1,0 +1,36 @@
+#pragma once
+// The buffers of a CPU batch (Ops::buffer), kept from batch to batch: the i-th buffer a batch
+// takes reuses the memory of the i-th buffer taken before it (by an earlier batch, or earlier in
+// this one before a release), grown when it is too small, and never filled. The model order
+// takes the same sequence of buffers for every layer and every batch, so after the first chunk
+// of a prefill nothing is allocated. A 256-token chunk takes ~120 MB of buffers a layer: as
+// fresh zero-filled vectors, each was mapped page by page and filled on one thread, work that
+// did not shrink with the thread count (docs/PERFORMANCE.md).
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+namespace ds4::runtime {
+
+class BatchBuffers {
+  public:
+    // n floats, their values unspecified; valid until release(mark) with a mark at or below the
+    // count before this call, or clear().
+    float *take(size_t n);
+    // The count of buffers taken; release(mark) gives back those taken after it.
+    size_t mark() const { return used_; }
+    void release(size_t mark);
+    void clear() { used_ = 0; }
+    // Floats held (kept for reuse), for tests and logs.
+    size_t capacity() const;
+
+  private:
+    struct Block {
+        std::unique_ptr<float[]> data;
+        size_t size = 0;
+    };
+    std::vector<Block> blocks_;
+    size_t used_ = 0;
+};
+
+}  // namespace ds4::runtime
