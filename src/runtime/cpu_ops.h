@@ -70,8 +70,8 @@ class CpuOps final : public Ops {
   private:
     ForwardContext ctx_;
     KvCache cache_;
-    std::vector<int32_t> tokens_;             // the current batch
-    BatchBuffers buffers_;  // the current batch's buffers, their memory kept for the next
+    std::vector<int32_t> tokens_;  // the current batch
+    BatchBuffers buffers_;         // the current batch's buffers, their memory kept for the next
 };
 
 }  // namespace ds4::runtime
