@@ -128,12 +128,19 @@ void hc_pre(ForwardContext &ctx, const HcWeights &hc, const float *X, int64_t m,
     const uint32_t n = ctx.hp.n_hc, E = ctx.hp.n_embd, n_mix = ctx.hp.n_hc_mix();
     const std::vector<float> mixes = hc_mixes(ctx, hc.fn, X, m);
     std::vector<float> pre(size_t(m) * n);
-    for (int64_t t = 0; t < m; ++t) {
-        const HcMix one = hc_mix_from(mixes.data() + t * n_mix, f32(hc.scale), f32(hc.base), n,
-                                      ctx.hp.sinkhorn_iters, ctx.hp.hc_eps);
-        pack_mix(one, mix + t * n_mix);
-        std::copy(one.pre.begin(), one.pre.end(), pre.begin() + t * n);
-    }
+    // Each token's Sinkhorn on its own (a batch's tokens on the pool, 16 a task).
+    const auto mix_tokens = [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t) {
+            const HcMix one = hc_mix_from(mixes.data() + t * n_mix, f32(hc.scale), f32(hc.base), n,
+                                          ctx.hp.sinkhorn_iters, ctx.hp.hc_eps);
+            pack_mix(one, mix + t * n_mix);
+            std::copy(one.pre.begin(), one.pre.end(), pre.begin() + t * n);
+        }
+    };
+    if (m == 1)
+        mix_tokens(0, 1, 0);
+    else
+        ctx.pool.parallel_for(m, 16, mix_tokens);
     // Each output's sum runs over the streams in order whatever the split.
     for_token_columns(ctx.pool, m, E, [&](int64_t t, uint32_t d0, uint32_t d1) {
         hc_combine_range(pre.data() + t * n, X + size_t(t) * n * E, n, E, d0, d1,
