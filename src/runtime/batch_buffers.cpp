@@ -11,6 +11,7 @@ float *BatchBuffers::take(size_t n) {
         b.data = std::make_unique_for_overwrite<float[]>(n);
         b.size = n;
     }
+    if (fill_) std::fill_n(b.data.get(), n, *fill_);
     return b.data.get();
 }
 

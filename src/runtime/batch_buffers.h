@@ -8,12 +8,17 @@
 // did not shrink with the thread count (docs/PERFORMANCE.md).
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace ds4::runtime {
 
 class BatchBuffers {
   public:
+    // fill: the value every buffer is filled with when it is taken (ForwardOptions::buffer_fill);
+    // none: buffers are not filled.
+    explicit BatchBuffers(std::optional<float> fill = std::nullopt) : fill_(fill) {}
+
     // n floats, their values unspecified; valid until release(mark) with a mark at or below the
     // count before this call, or clear().
     float *take(size_t n);
@@ -31,6 +36,7 @@ class BatchBuffers {
     };
     std::vector<Block> blocks_;
     size_t used_ = 0;
+    std::optional<float> fill_;
 };
 
 }  // namespace ds4::runtime

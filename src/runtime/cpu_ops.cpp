@@ -40,7 +40,7 @@ size_t CpuState::payload_bytes() const {
 CpuOps::CpuOps(const model::HParams &hp, const model::ModelWeights &w,
                backend::cpu::ThreadPool &pool, experts::ExpertSource &experts, ForwardOptions opts,
                uint32_t ctx, bool f16_rows)
-    : ctx_(hp, w, pool, experts, opts), cache_(hp, ctx, f16_rows) {}
+    : ctx_(hp, w, pool, experts, opts), cache_(hp, ctx, f16_rows), buffers_(opts.buffer_fill) {}
 
 void CpuOps::begin_batch(std::span<const int32_t> tokens) {
     tokens_.assign(tokens.begin(), tokens.end());

@@ -1,5 +1,7 @@
 #pragma once
 // Numerical options of a forward pass, for every backend.
+#include <optional>
+
 namespace ds4::runtime {
 
 struct ForwardOptions {
@@ -12,6 +14,10 @@ struct ForwardOptions {
     // Both are equal to the default in exact arithmetic; ds4 keeps f32 (docs/MODEL.md 4.6, 10.4).
     // The CPU backend only.
     bool llama_cpp_rounding = false;
+    // Fill every buffer of a batch with this value when it is taken (Ops::buffer's values are
+    // unspecified). For tests: sessions with different fills give the same results only if no
+    // operation reads a value that no operation wrote. The CPU backend only.
+    std::optional<float> buffer_fill;
 };
 
 }  // namespace ds4::runtime

@@ -1,8 +1,9 @@
 // The CPU batch's buffers (runtime/batch_buffers.h): the i-th buffer taken reuses the memory of
 // the i-th taken before (the same pointer while it is large enough, across clear() and
 // release()), grows when asked for more, keeps what it held (buffers are never filled), and
-// gives back only what was taken after a mark. The session tests run the model on them (batches
-// against token-by-token decode, bit for bit).
+// gives back only what was taken after a mark; with a fill, every take is filled. The session tests
+// run the model on them (batches against token-by-token decode, bit for bit; filled with
+// different values against not filled).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -47,6 +48,16 @@ TEST(BatchBuffers, ReleaseGivesBackOnlyWhatCameAfterTheMark) {
     EXPECT_NE(b.take(8), keep);      // a third block, not the first
     b.release(5);                    // a mark above the count changes nothing
     EXPECT_EQ(b.mark(), 3u);
+}
+
+TEST(BatchBuffers, AFillIsWrittenAtEveryTake) {
+    BatchBuffers b(-2.5f);
+    float *x = b.take(100);
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(x[i], -2.5f) << i;
+    x[5] = 1.0f;
+    b.clear();
+    ASSERT_EQ(b.take(50), x);  // reused, and filled again
+    for (int i = 0; i < 50; ++i) ASSERT_EQ(x[i], -2.5f) << i;
 }
 
 TEST(BatchBuffers, ZeroFloatsIsStillABuffer) {

@@ -124,6 +124,37 @@ TEST(Session, ContextOverflowIsAClearErrorAndChangesNothing) {
     EXPECT_THROW(s.eval(std::vector<int32_t>{600}), Error);  // outside the vocabulary
 }
 
+// Every buffer of a batch is written before it is read (Ops::buffer's values are unspecified and
+// the CPU backend reuses them unfilled): with every buffer filled with NaN, with a large value or
+// with a small negative one when taken, a prefill in two batches (one larger than the pool, one
+// smaller) and four decode steps give the logits of a session whose buffers are not filled, bit
+// for bit. (NaN alone would not do: a Q8_0 quantization turns a row of NaNs into zeros.)
+TEST(Session, EveryBatchBufferIsWrittenBeforeItIsRead) {
+    auto m = Model::load(tiny_model(), {.n_threads = 3});
+    const auto p = prompt(44);
+    const std::vector<std::vector<int32_t>> batches = {{p.begin(), p.begin() + 38},
+                                                       {p.begin() + 38, p.begin() + 40},
+                                                       {p[40]},
+                                                       {p[41]},
+                                                       {p[42]},
+                                                       {p[43]}};
+    Session plain(*m, {.ctx = 128});
+    std::vector<std::vector<float>> want;
+    for (const auto &b : batches) want.push_back(plain.eval(b));
+    for (const float fill : {std::numeric_limits<float>::quiet_NaN(), 12345.0f, -0.375f}) {
+        Session filled(*m, {.ctx = 128, .forward = {.buffer_fill = fill}});
+        for (size_t b = 0; b < batches.size(); ++b) {
+            const auto got = filled.eval(batches[b]);
+            ASSERT_EQ(got.size(), want[b].size());
+            for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_TRUE(std::isfinite(got[i])) << "fill " << fill << " batch " << b;
+                ASSERT_EQ(got[i], want[b][i])
+                    << "fill " << fill << " batch " << b << " logit " << i;
+            }
+        }
+    }
+}
+
 TEST(Session, QatSimulationChangesLogitsSlightly) {
     auto m = Model::load(tiny_model(), {.n_threads = 2});
     Session on(*m, {.ctx = 128}), off(*m, {.ctx = 128, .forward = {.qat_sim = false}});
