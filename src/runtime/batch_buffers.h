@@ -1,11 +1,12 @@
 #pragma once
 // The buffers of a CPU batch (Ops::buffer), kept from batch to batch: the i-th buffer a batch
 // takes reuses the memory of the i-th buffer taken before it (by an earlier batch, or earlier in
-// this one before a release), grown when it is too small, and never filled. The model order
-// takes the same sequence of buffers for every layer and every batch, so after the first chunk
-// of a prefill nothing is allocated. A 256-token chunk takes ~120 MB of buffers a layer: as
-// fresh zero-filled vectors, each was mapped page by page and filled on one thread, work that
-// did not shrink with the thread count (docs/PERFORMANCE.md).
+// this one before a release), grown when it is too small, and not filled (but with a fill value,
+// for tests). The model order takes the same sequence of buffers for every layer and every
+// batch, so after the first chunk of a prefill nothing is allocated; a session keeps its largest
+// batch's buffers (~120 MB for Flash in chunks of 256 tokens). As fresh zero-filled vectors, a
+// 256-token chunk's buffers (~120 MB a layer) were mapped page by page and filled on one thread
+// at every layer, work that did not shrink with the thread count (docs/PERFORMANCE.md).
 #include <cstddef>
 #include <memory>
 #include <optional>

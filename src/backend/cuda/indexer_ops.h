@@ -12,9 +12,8 @@
 //                    and the products in 82.5 KiB of shared memory), or, for one token of up to
 //                    33,792 rows, 4 heads x 1 row of a 16-row tile (more blocks for a decode
 //                    step's few hundred rows). Otherwise one head's dot a thread, q (padded
-//                    rows), w' and
-//                    a tile of 16 rows in n_heads (head_dim + 1) + n_heads + 16 (head_dim +
-//                    n_heads + 1) floats, at most 48 KiB.
+//                    rows), w' and a tile of 16 rows in n_heads (head_dim + 1) + n_heads + 16
+//                    (head_dim + n_heads + 1) floats, at most 48 KiB.
 //   top_k_ascending  the same set as the CPU's (std::partial_sort, a larger score first, the
 //                    lower index on ties), written in ascending index order. Exact: an MSB-first
 //                    radix select over the scores' order-preserving 32-bit keys (4 histogram
