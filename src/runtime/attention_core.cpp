@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/attention_mix.h"
@@ -91,11 +92,12 @@ void attend_heads(ForwardContext &ctx, uint32_t il, const float *q,
     const size_t n_rows = seg[0].n + seg[1].n;
     scores.resize(size_t(H) * n_rows);
     score_rows(c.D, q, H, seg, 0, n_rows, n_rows, scores.data());
+    const RopeAngles angles(c.rope, p);
     for (int64_t h = 0; h < H; ++h) {
         float *oh = o + size_t(h) * c.D;
         attention_mix_head(scores.data() + size_t(h) * n_rows, seg.data(), 2, c.scale, c.sinks[h],
                            c.D, oh);
-        rope_tail(oh, c.D, c.rope, p, true);
+        rope_tail(oh, c.D, angles, true);
     }
 }
 
@@ -142,8 +144,9 @@ void attend_token_split(ForwardContext &ctx, uint32_t il, const float *q,
                                     den[size_t(h)], D, d0, D, o + size_t(h) * D);
         }
     });
+    const RopeAngles angles(c.rope, p);
     ctx.pool.parallel_for(H, 8, [&](int64_t h0, int64_t h1, int) {
-        for (int64_t h = h0; h < h1; ++h) rope_tail(o + size_t(h) * D, D, c.rope, p, true);
+        for (int64_t h = h0; h < h1; ++h) rope_tail(o + size_t(h) * D, D, angles, true);
     });
 }
 
@@ -164,10 +167,12 @@ void attention_core_cpu(ForwardContext &ctx, uint32_t il, LayerState &st, const 
     {
         CpuScope scope(ctx.profile, "attention: q, kv, compressors");
         ctx.pool.parallel_for(n * H, 8, [&](int64_t i0, int64_t i1, int) {
+            std::optional<RopeAngles> angles;  // of the task's current token
             for (int64_t i = i0; i < i1; ++i) {
                 float *qh = in.q + size_t(i) * D;
                 rms_norm(qh, nullptr, qh, D, hp.rms_eps);
-                rope_tail(qh, D, rope, p0 + i / H, false);
+                if (i == i0 || i % H == 0) angles.emplace(rope, p0 + i / H);
+                rope_tail(qh, D, *angles, false);
             }
         });
     }

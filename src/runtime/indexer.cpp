@@ -22,8 +22,9 @@ std::vector<uint32_t> indexer_select(ForwardContext &ctx, uint32_t il, const Lay
                     " without its queries");
 
     const uint32_t H = hp.n_idx_head, I = hp.idx_head_dim;
+    const backend::cpu::RopeAngles angles(ctx.rope_for_layer(il), p);
     for (uint32_t h = 0; h < H; ++h) {
-        backend::cpu::rope_tail(q + size_t(h) * I, I, ctx.rope_for_layer(il), p, false);
+        backend::cpu::rope_tail(q + size_t(h) * I, I, angles, false);
         if (ctx.opts.qat_sim) backend::cpu::indexer_qat(q + size_t(h) * I, I);
     }
     const float wscale = static_cast<float>(1.0 / std::sqrt(double(I) * H));

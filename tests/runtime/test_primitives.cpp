@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -103,6 +104,27 @@ TEST(Rope, InverseUndoesForward) {
     EXPECT_NE(y[63], x[63]);
     rope_tail(y.data(), 64, f, 1234, true);
     for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5);
+}
+
+// The angles of a position computed once (a token's many heads) give rope_tail's bits, forward
+// and inverse, for both frequency sets, at positions up to 1M (theta large: its f32 cos and sin
+// are the double's, rounded).
+TEST(Rope, AnglesOfAPositionGiveTheSameBits) {
+    for (const RopeFreqs &f :
+         {RopeFreqs::plain(64, 10000), RopeFreqs::yarn(64, 160000, 16, 65536, 32, 1)}) {
+        for (const int64_t p : {int64_t(0), int64_t(1), int64_t(805), int64_t(1048575)}) {
+            const RopeAngles angles(f, p);
+            for (const bool inverse : {false, true}) {
+                std::vector<float> a(512), b;
+                for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(float(i) * 0.37f) * 5.0f;
+                b = a;
+                rope_tail(a.data(), 512, f, p, inverse);
+                rope_tail(b.data(), 512, angles, inverse);
+                ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+                    << "position " << p << (inverse ? " inverse" : "");
+            }
+        }
+    }
 }
 
 // Appendix A: after 20 iterations the columns sum to 1 within ~1e-6 and rows approximately 1.

@@ -41,4 +41,25 @@ void rope_tail(float *head, uint32_t head_dim, const RopeFreqs &freqs, int64_t p
     }
 }
 
+RopeAngles::RopeAngles(const RopeFreqs &freqs, int64_t p) {
+    cos.resize(freqs.f.size());
+    sin.resize(freqs.f.size());
+    for (size_t k = 0; k < freqs.f.size(); ++k) {
+        const double theta = double(p) * freqs.f[k];
+        cos[k] = static_cast<float>(std::cos(theta));
+        sin[k] = static_cast<float>(std::sin(theta));
+    }
+}
+
+void rope_tail(float *head, uint32_t head_dim, const RopeAngles &angles, bool inverse) {
+    float *x = head + head_dim - 2 * angles.cos.size();
+    for (size_t k = 0; k < angles.cos.size(); ++k) {
+        // float(-sin) is -float(sin): rounding is symmetric.
+        const float c = angles.cos[k], s = inverse ? -angles.sin[k] : angles.sin[k];
+        const float x0 = x[2 * k], x1 = x[2 * k + 1];
+        x[2 * k] = x0 * c - x1 * s;
+        x[2 * k + 1] = x0 * s + x1 * c;
+    }
+}
+
 }  // namespace ds4::backend::cpu

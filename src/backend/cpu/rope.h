@@ -1,7 +1,7 @@
 #pragma once
 // Rotary embedding of the last n_rot dims of a head, adjacent pairs (x[2k], x[2k+1]) rotated by
-// theta_k = p * f_k (docs/MODEL.md 4.0). Two frequency sets: plain (ratio-0 layers) and YaRN-blended
-// (compressed layers, their compressor and indexer), with no magnitude correction.
+// theta_k = p * f_k (docs/MODEL.md 4.0). Two frequency sets: plain (ratio-0 layers) and
+// YaRN-blended (compressed layers, their compressor and indexer), with no magnitude correction.
 #include <cstdint>
 #include <vector>
 
@@ -20,5 +20,15 @@ struct RopeFreqs {
 // Rotates the tail x[head_dim - n_rot .. head_dim) of one head at position p; `inverse` rotates
 // by -theta (the attention output's inverse RoPE).
 void rope_tail(float *head, uint32_t head_dim, const RopeFreqs &freqs, int64_t p, bool inverse);
+
+// The rotation of one position, for the many heads of a token: cos and sin of every theta_k,
+// computed and rounded to f32 once (a token's 64 query heads took 64 x n_rot/2 sincos in double).
+struct RopeAngles {
+    std::vector<float> cos, sin;
+    RopeAngles(const RopeFreqs &freqs, int64_t p);
+};
+
+// rope_tail with the angles of its position: the same bits.
+void rope_tail(float *head, uint32_t head_dim, const RopeAngles &angles, bool inverse);
 
 }  // namespace ds4::backend::cpu
