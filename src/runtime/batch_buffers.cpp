@@ -19,6 +19,11 @@ void BatchBuffers::release(size_t mark) {
     used_ = std::min(used_, mark);
 }
 
+void BatchBuffers::free_all() {
+    blocks_.clear();
+    used_ = 0;
+}
+
 size_t BatchBuffers::capacity() const {
     size_t n = 0;
     for (const Block &b : blocks_) n += b.size;

@@ -3,10 +3,12 @@
 // takes reuses the memory of the i-th buffer taken before it (by an earlier batch, or earlier in
 // this one before a release), grown when it is too small, and not filled (but with a fill value,
 // for tests). The model order takes the same sequence of buffers for every layer and every
-// batch, so after the first chunk of a prefill nothing is allocated; a session keeps its largest
-// batch's buffers (~120 MB for Flash in chunks of 256 tokens). As fresh zero-filled vectors, a
-// 256-token chunk's buffers (~120 MB a layer) were mapped page by page and filled on one thread
-// at every layer, work that did not shrink with the thread count (docs/PERFORMANCE.md).
+// batch, so a batch allocates only at its first layer. As fresh zero-filled vectors, a 256-token
+// chunk's buffers (~120 MB a layer) were mapped page by page and filled on one thread at every
+// layer, work that did not shrink with the thread count (docs/PERFORMANCE.md). The CPU backend
+// gives the memory back when a one-token batch follows a larger one (free_all), so that a
+// session does not hold a prefill chunk's buffers (~120 MB for Flash in chunks of 256, ~0.5 GB
+// in 1,024) while it decodes.
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -27,6 +29,8 @@ class BatchBuffers {
     size_t mark() const { return used_; }
     void release(size_t mark);
     void clear() { used_ = 0; }
+    // Gives the memory of every buffer back (all of them must be released).
+    void free_all();
     // Floats held (kept for reuse), for tests and logs.
     size_t capacity() const;
 

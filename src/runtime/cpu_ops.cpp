@@ -43,6 +43,9 @@ CpuOps::CpuOps(const model::HParams &hp, const model::ModelWeights &w,
     : ctx_(hp, w, pool, experts, opts), cache_(hp, ctx, f16_rows), buffers_(opts.buffer_fill) {}
 
 void CpuOps::begin_batch(std::span<const int32_t> tokens) {
+    // Decode after a prefill: the prefill chunk's buffers go back to the heap (a chunk's are
+    // reused by the next chunk).
+    if (tokens.size() == 1 && tokens_.size() > 1) buffers_.free_all();
     tokens_.assign(tokens.begin(), tokens.end());
     ctx_.profile.begin_batch(static_cast<int64_t>(tokens_.size()));
     buffers_.clear();

@@ -60,6 +60,18 @@ TEST(BatchBuffers, AFillIsWrittenAtEveryTake) {
     for (int i = 0; i < 50; ++i) ASSERT_EQ(x[i], -2.5f) << i;
 }
 
+TEST(BatchBuffers, FreeAllGivesTheMemoryBack) {
+    BatchBuffers b;
+    b.take(1000);
+    b.take(10);
+    b.clear();
+    b.free_all();
+    EXPECT_EQ(b.capacity(), 0u);
+    EXPECT_EQ(b.mark(), 0u);
+    b.take(3);
+    EXPECT_EQ(b.capacity(), 3u);
+}
+
 TEST(BatchBuffers, ZeroFloatsIsStillABuffer) {
     BatchBuffers b;
     EXPECT_NE(b.take(0), nullptr);
