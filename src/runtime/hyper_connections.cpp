@@ -137,10 +137,7 @@ void hc_pre(ForwardContext &ctx, const HcWeights &hc, const float *X, int64_t m,
             std::copy(one.pre.begin(), one.pre.end(), pre.begin() + t * n);
         }
     };
-    if (m == 1)
-        mix_tokens(0, 1, 0);
-    else
-        ctx.pool.parallel_for(m, 16, mix_tokens);
+    ctx.pool.parallel_for(m, 16, mix_tokens);  // one task (a decode step) runs inline
     // Each output's sum runs over the streams in order whatever the split.
     for_token_columns(ctx.pool, m, E, [&](int64_t t, uint32_t d0, uint32_t d1) {
         hc_combine_range(pre.data() + t * n, X + size_t(t) * n * E, n, E, d0, d1,

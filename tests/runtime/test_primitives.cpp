@@ -6,7 +6,6 @@
 
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -106,22 +105,33 @@ TEST(Rope, InverseUndoesForward) {
     for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5);
 }
 
-// The angles of a position computed once (a token's many heads) give rope_tail's bits, forward
-// and inverse, for both frequency sets, at positions up to 1M (theta large: its f32 cos and sin
-// are the double's, rounded).
-TEST(Rope, AnglesOfAPositionGiveTheSameBits) {
+// A position's angles are the f32 roundings of the double cos and sin of theta_k = p f_k, for
+// both frequency sets at positions up to 1M (theta large); rope_tail rotates each tail pair by
+// them (x0 c - x1 s, x0 s + x1 c in f32, s negated for the inverse: docs/MODEL.md 4.0) and leaves
+// the other dims alone.
+TEST(Rope, AnglesAreTheRoundedDoubleCosSinAndRotateEachPair) {
     for (const RopeFreqs &f :
          {RopeFreqs::plain(64, 10000), RopeFreqs::yarn(64, 160000, 16, 65536, 32, 1)}) {
         for (const int64_t p : {int64_t(0), int64_t(1), int64_t(805), int64_t(1048575)}) {
             const RopeAngles angles(f, p);
+            ASSERT_EQ(angles.cos.size(), 32u);
+            for (size_t k = 0; k < 32; ++k) {
+                const double theta = double(p) * f.f[k];
+                ASSERT_EQ(angles.cos[k], static_cast<float>(std::cos(theta))) << p << " " << k;
+                ASSERT_EQ(angles.sin[k], static_cast<float>(std::sin(theta))) << p << " " << k;
+            }
             for (const bool inverse : {false, true}) {
-                std::vector<float> a(512), b;
-                for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(float(i) * 0.37f) * 5.0f;
-                b = a;
-                rope_tail(a.data(), 512, f, p, inverse);
-                rope_tail(b.data(), 512, angles, inverse);
-                ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-                    << "position " << p << (inverse ? " inverse" : "");
+                std::vector<float> x(512);
+                for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.37f) * 5.0f;
+                std::vector<float> y = x;
+                rope_tail(y.data(), 512, f, p, inverse);
+                for (size_t i = 0; i < 448; ++i) ASSERT_EQ(y[i], x[i]) << i;
+                for (size_t k = 0; k < 32; ++k) {
+                    const float c = angles.cos[k], s = inverse ? -angles.sin[k] : angles.sin[k];
+                    const float x0 = x[448 + 2 * k], x1 = x[449 + 2 * k];
+                    ASSERT_EQ(y[448 + 2 * k], x0 * c - x1 * s) << "position " << p << " pair " << k;
+                    ASSERT_EQ(y[449 + 2 * k], x0 * s + x1 * c) << "position " << p << " pair " << k;
+                }
             }
         }
     }

@@ -30,15 +30,7 @@ RopeFreqs RopeFreqs::yarn(uint32_t n_rot, double base, double factor, double ori
 }
 
 void rope_tail(float *head, uint32_t head_dim, const RopeFreqs &freqs, int64_t p, bool inverse) {
-    float *x = head + head_dim - 2 * freqs.f.size();
-    for (size_t k = 0; k < freqs.f.size(); ++k) {
-        const double theta = double(p) * freqs.f[k];
-        const float c = static_cast<float>(std::cos(theta));
-        const float s = static_cast<float>(inverse ? -std::sin(theta) : std::sin(theta));
-        const float x0 = x[2 * k], x1 = x[2 * k + 1];
-        x[2 * k] = x0 * c - x1 * s;
-        x[2 * k + 1] = x0 * s + x1 * c;
-    }
+    rope_tail(head, head_dim, RopeAngles(freqs, p), inverse);
 }
 
 RopeAngles::RopeAngles(const RopeFreqs &freqs, int64_t p) {

@@ -28,7 +28,7 @@ struct RopeAngles {
     RopeAngles(const RopeFreqs &freqs, int64_t p);
 };
 
-// rope_tail with the angles of its position: the same bits.
+// rope_tail with the angles of its position (the form above builds them for its one head).
 void rope_tail(float *head, uint32_t head_dim, const RopeAngles &angles, bool inverse);
 
 }  // namespace ds4::backend::cpu
