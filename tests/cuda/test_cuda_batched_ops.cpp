@@ -105,38 +105,43 @@ Q8_KActivation rows_from(const Q8_KActivation &a, int64_t row, int64_t k) {
 // grouped(groups, x, y) and decode(id, x, y) for one format's weights of kExperts experts.
 template <class Grouped, class Decode>
 void check_grouped(int64_t n_rows, int64_t k, int n_expert, Grouped &&grouped, Decode &&decode) {
-    constexpr int kTokens = 21, kUsed = 3;
-    const auto ids = pair_ids(kTokens, kUsed, n_expert);
-    const int n_pairs = int(ids.size());
-    const Groups g = group_on_device(ids, n_expert);
-    // down: a row per pair; gate/up: per token. A token count of 1 sizes the grid for one tile
-    // an expert: the blocks then loop over the tiles of expert 5 (21 pairs, 3 tiles).
-    for (const auto &[per_pair, n_tokens] :
-         {std::pair{false, kTokens}, std::pair{true, kTokens}, std::pair{false, 1}}) {
-        const int n_x = per_pair ? n_pairs : kTokens;
-        const auto x = random_floats(int64_t(n_x) * k, 41 + k + n_x, 3.0f);
-        const test::DeviceQ8_K a = test::quantize_q8_K_on_device(x);
-        const ExpertGroups groups{g.offsets.as<int32_t>(), g.order.as<int32_t>(), n_expert,
-                                  per_pair ? 1 : kUsed, n_tokens};
-        const size_t n_out = size_t(n_pairs) * size_t(n_rows);
-        DeviceBuffer y = to_device(test::poison_floats(n_out));
-        grouped(groups, a.view(), y.as<float>());
-        DS4_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto got = to_host<float>(y, n_out);
-        DeviceBuffer yr(size_t(n_rows) * 4);
-        for (int p = 0; p < n_pairs; ++p) {
-            const DeviceBuffer id = to_device(std::vector<int32_t>{ids[size_t(p)]});
-            DS4_CUDA_CHECK(cudaMemset(yr.get(), 0xff, yr.bytes()));
-            decode(id.as<int32_t>(), rows_from(a.view(), per_pair ? p : p / kUsed, k),
-                   yr.as<float>());
+    constexpr int kUsed = 3;
+    // 21 tokens: expert 5 has 21 pairs (3 tiles); 99 tokens: 99 pairs (13 tiles, the last of 3
+    // pairs).
+    for (const int k_tokens : {21, 99}) {
+        const auto ids = pair_ids(k_tokens, kUsed, n_expert);
+        const int n_pairs = int(ids.size());
+        const Groups g = group_on_device(ids, n_expert);
+        // down: a row per pair; gate/up: per token. A token count of 1 sizes the grid for one tile
+        // an expert: the blocks then loop over the tiles of expert 5.
+        for (const auto &[per_pair, n_tokens] :
+             {std::pair{false, k_tokens}, std::pair{true, k_tokens}, std::pair{false, 1}}) {
+            const int n_x = per_pair ? n_pairs : k_tokens;
+            const auto x = random_floats(int64_t(n_x) * k, 41 + k + n_x, 3.0f);
+            const test::DeviceQ8_K a = test::quantize_q8_K_on_device(x);
+            const ExpertGroups groups{g.offsets.as<int32_t>(), g.order.as<int32_t>(), n_expert,
+                                      per_pair ? 1 : kUsed, n_tokens};
+            const size_t n_out = size_t(n_pairs) * size_t(n_rows);
+            DeviceBuffer y = to_device(test::poison_floats(n_out));
+            grouped(groups, a.view(), y.as<float>());
             DS4_CUDA_CHECK(cudaDeviceSynchronize());
-            const auto want = to_host<float>(yr, size_t(n_rows));
-            const std::vector<float> row(got.begin() + p * n_rows, got.begin() + (p + 1) * n_rows);
-            for (float v : row) ASSERT_FALSE(std::isnan(v)) << "pair " << p << " not written";
-            ASSERT_TRUE(same_bits(row, want))
-                << "pair " << p << " (expert " << ids[size_t(p)] << "), rows " << n_rows << " k "
-                << k << (per_pair ? ", a row per pair" : ", a row per token") << ", grid for "
-                << n_tokens << " tokens";
+            const auto got = to_host<float>(y, n_out);
+            DeviceBuffer yr(size_t(n_rows) * 4);
+            for (int p = 0; p < n_pairs; ++p) {
+                const DeviceBuffer id = to_device(std::vector<int32_t>{ids[size_t(p)]});
+                DS4_CUDA_CHECK(cudaMemset(yr.get(), 0xff, yr.bytes()));
+                decode(id.as<int32_t>(), rows_from(a.view(), per_pair ? p : p / kUsed, k),
+                       yr.as<float>());
+                DS4_CUDA_CHECK(cudaDeviceSynchronize());
+                const auto want = to_host<float>(yr, size_t(n_rows));
+                const std::vector<float> row(got.begin() + p * n_rows,
+                                             got.begin() + (p + 1) * n_rows);
+                for (float v : row) ASSERT_FALSE(std::isnan(v)) << "pair " << p << " not written";
+                ASSERT_TRUE(same_bits(row, want))
+                    << "pair " << p << " (expert " << ids[size_t(p)] << "), rows " << n_rows
+                    << " k " << k << (per_pair ? ", a row per pair" : ", a row per token")
+                    << ", grid for " << n_tokens << " tokens, " << k_tokens << " tokens' pairs";
+            }
         }
     }
 }
