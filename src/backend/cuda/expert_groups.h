@@ -29,16 +29,20 @@ struct ExpertGroups {
     int n_tokens = 0;
 };
 
-// The grid of a grouped product (expert_matmul.cuh, expert_mma.cuh): row_split blocks for
-// each expert and tile of `tile` pairs (blockIdx.x, y, z). Tiles run in parallel up to the most an
-// expert can have when each token selects it once (the router's distinct choices); an expert
-// with more (a hash table naming it twice) loops over its tiles in the blocks of that many.
+// The grid of a grouped product (expert_matmul.cuh, expert_mma.cuh): for each expert
+// (blockIdx.z) row_split blocks (blockIdx.y) for each tile of `tile` pairs (blockIdx.x). Tiles run
+// in parallel up to the most an expert can have when each token selects it once (the router's
+// distinct choices); an expert with more (a hash table naming it twice) loops over its tiles in
+// the blocks of that many. The tiles are the grid's fastest index because blocks start in index
+// order: an expert's tiles then read the same weight rows at about the same time, once from
+// memory and the rest of the times from L2, instead of each tile passing over all the experts'
+// weights after the other.
 inline dim3 grouped_grid(const ExpertGroups &g, int row_split, int tile, const char *what) {
     if (g.n_expert <= 0 || g.n_expert > 65535)
         throw ds4::Error(std::string(what) + ": 1 to 65535 experts");
     const int64_t tiles = std::max<int64_t>(1, (int64_t(g.n_tokens) + tile - 1) / tile);
-    return dim3(unsigned(row_split), unsigned(g.n_expert),
-                unsigned(std::min<int64_t>(tiles, 65535)));
+    return dim3(unsigned(std::min<int64_t>(tiles, 65535)), unsigned(row_split),
+                unsigned(g.n_expert));
 }
 
 // ids: n_pairs expert ids (device), each in [0, n_expert) (the router's output); offsets and

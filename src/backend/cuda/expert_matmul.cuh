@@ -1,7 +1,7 @@
 #pragma once
 // The prefill twin of expert_matvec.cuh: the routed products of a chunk's (token, slot) pairs
 // grouped by expert (expert_groups.h), each expert's weights read and decoded once per kTile of
-// its pairs. A block is (a share of the rows, an expert, a tile of the expert's pairs): the
+// its pairs. A block is (a tile of the expert's pairs, a share of the rows, an expert): the
 // tile's int8 activation rows are staged in shared memory, and each warp takes one weight row
 // at a time, decodes each of its pieces once (Format::decode) and dots it with every staged row
 // (Format::dot_decoded). Output row p (the pair) gets row r at y[p * n_rows + r].
@@ -37,10 +37,10 @@ __global__ void __launch_bounds__(kThreads, 2)
            const int8_t *__restrict__ xq, const float *__restrict__ xd,
            const int16_t *__restrict__ xbsums, float *__restrict__ y) {
     dev::wait_for_previous_kernels();
-    const int64_t expert = blockIdx.y;
+    const int64_t expert = blockIdx.z;
     const int begin = groups.offsets[expert], end = groups.offsets[expert + 1];
-    // Tiles blockIdx.z, + gridDim.z, ... of the expert's pairs; none for most blocks.
-    if (begin + int(blockIdx.z) * kTile >= end) return;
+    // Tiles blockIdx.x, + gridDim.x, ... of the expert's pairs; none for most blocks.
+    if (begin + int(blockIdx.x) * kTile >= end) return;
     extern __shared__ int4 smem[];  // [lookup tables][kTile rows of k int8 activations]
     uint8_t *tables = reinterpret_cast<uint8_t *>(smem);
     Format::load_tables(tables);
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint8_t *wbase = table.qs[expert], *sbase = table.scales[expert];
     __shared__ int64_t xrow[kTile];
-    for (int tile = begin + int(blockIdx.z) * kTile; tile < end; tile += int(gridDim.z) * kTile) {
+    for (int tile = begin + int(blockIdx.x) * kTile; tile < end; tile += int(gridDim.x) * kTile) {
         const int nt = min(kTile, end - tile);
         __syncthreads();  // the previous tile's rows are no longer read
         if (threadIdx.x < nt) xrow[threadIdx.x] = groups.order[tile + threadIdx.x] / groups.x_div;
@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                 sx4[j * (k / 16) + Format::staged_chunk(i)] =
                     __ldg(reinterpret_cast<const int4 *>(xq + xrow[j] * k) + i);
         __syncthreads();
-        for (int64_t row = int64_t(blockIdx.x) * kWarps + warp; row < n_rows;
-             row += int64_t(gridDim.x) * kWarps) {
+        for (int64_t row = int64_t(blockIdx.y) * kWarps + warp; row < n_rows;
+             row += int64_t(gridDim.y) * kWarps) {
             float acc[kTile];
 #pragma unroll
             for (int j = 0; j < kTile; ++j) acc[j] = 0.0f;

@@ -54,9 +54,9 @@ __global__ void __launch_bounds__(kThreads, 2)
            const int8_t *__restrict__ xq, const float *__restrict__ xd,
            const int16_t *__restrict__ xbsums, float *__restrict__ y) {
     dev::wait_for_previous_kernels();
-    const int64_t expert = blockIdx.y;
+    const int64_t expert = blockIdx.z;
     const int begin = groups.offsets[expert], end = groups.offsets[expert + 1];
-    if (begin + int(blockIdx.z) * kTile >= end) return;  // most blocks: no such tile
+    if (begin + int(blockIdx.x) * kTile >= end) return;  // most blocks: no such tile
     extern __shared__ int4 smem[];
     uint8_t *tables = reinterpret_cast<uint8_t *>(smem);
     Format::load_tables(tables);
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t nb = k / kQK, row_bytes = nb * Format::kPieces * 16;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const uint8_t *wbase = table.qs[expert], *sbase = table.scales[expert];
-    for (int tile = begin + int(blockIdx.z) * kTile; tile < end; tile += int(gridDim.z) * kTile) {
+    for (int tile = begin + int(blockIdx.x) * kTile; tile < end; tile += int(gridDim.x) * kTile) {
         const int nt = min(kTile, end - tile);
         // The lane's pair as the mma's column g, and its outputs' pairs 2 c, 2 c + 1 (past the
         // tile's end: read as its last pair, not stored).
@@ -74,8 +74,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int64_t xo[2] = {groups.order[out_pair[0]] / groups.x_div,
                                groups.order[out_pair[1]] / groups.x_div};
         const int8_t *xrow = xq + xb * k;
-        for (int64_t r0 = (int64_t(blockIdx.x) * kWarps + warp) * kRows; r0 < n_rows;
-             r0 += int64_t(gridDim.x) * kWarps * kRows) {
+        for (int64_t r0 = (int64_t(blockIdx.y) * kWarps + warp) * kRows; r0 < n_rows;
+             r0 += int64_t(gridDim.y) * kWarps * kRows) {
             const int64_t rows[2] = {min(r0 + g, n_rows - 1), min(r0 + g + 8, n_rows - 1)};
             float acc[kLanesPerSb][4];
 #pragma unroll
