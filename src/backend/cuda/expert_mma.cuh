@@ -48,6 +48,12 @@ struct MmaA {
     int scale = 1;       // the integer factor of the product's sum
 };
 
+// The lookup tables' bytes, rounded up to 16.
+template <class Format>
+__host__ __device__ constexpr size_t tables_bytes() {
+    return (size_t(Format::kTableBytes) + 15) / 16 * 16;
+}
+
 template <class Format>
 __global__ void __launch_bounds__(kThreads, 2)
     kernel(ExpertTable table, int64_t n_rows, int64_t k, ExpertGroups groups,
@@ -57,23 +63,43 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t expert = blockIdx.z;
     const int begin = groups.offsets[expert], end = groups.offsets[expert + 1];
     if (begin + int(blockIdx.x) * kTile >= end) return;  // most blocks: no such tile
-    extern __shared__ int4 smem[];
+    extern __shared__ int4 smem[];  // [lookup tables][the tile's activations, sums, scales]
     uint8_t *tables = reinterpret_cast<uint8_t *>(smem);
     Format::load_tables(tables);
-    __syncthreads();
+    // The tile's activations as 32-byte slices (k / 32 of a row), slice q of its kTile pairs
+    // side by side: the mma's B fragment of product j is then 8 pairs x 32 bytes in a row, which
+    // a warp reads in two shared-memory wavefronts (from the rows in memory, 8 lines apart, it
+    // took eight L1 wavefronts: the kernel was bound by its L1/shared-memory pipe).
+    // Beside them the pairs' super-block sums of 16 (32 bytes a super-block and pair, as
+    // [sb][pair]) and scales ([sb][pair]), read by the float terms.
+    int4 *sx = smem + tables_bytes<Format>() / 16;
+    int16_t *sbsums = reinterpret_cast<int16_t *>(sx + kTile * k / 16);
+    float *sdx = reinterpret_cast<float *>(sbsums + kTile * k / 16);
 
     const int64_t nb = k / kQK, row_bytes = nb * Format::kPieces * 16;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const uint8_t *wbase = table.qs[expert], *sbase = table.scales[expert];
     for (int tile = begin + int(blockIdx.x) * kTile; tile < end; tile += int(gridDim.x) * kTile) {
         const int nt = min(kTile, end - tile);
-        // The lane's pair as the mma's column g, and its outputs' pairs 2 c, 2 c + 1 (past the
-        // tile's end: read as its last pair, not stored).
-        const int64_t xb = groups.order[tile + min(g, nt - 1)] / groups.x_div;
-        const int out_pair[2] = {tile + min(2 * c, nt - 1), tile + min(2 * c + 1, nt - 1)};
-        const int64_t xo[2] = {groups.order[out_pair[0]] / groups.x_div,
-                               groups.order[out_pair[1]] / groups.x_div};
-        const int8_t *xrow = xq + xb * k;
+        // The lane's pair as the mma's column g (in the staged slices), and its outputs' pairs
+        // 2 c, 2 c + 1 of the tile (past the tile's end: read as its last pair, not stored).
+        const int out_pair[2] = {min(2 * c, nt - 1), min(2 * c + 1, nt - 1)};
+        __syncthreads();  // the tables are in; the previous tile's slices are consumed
+        for (int64_t i = threadIdx.x; i < kTile * (k / 16); i += kThreads) {
+            // 16-byte half h of slice q of pair p, and of its sums (k / 16 int16, 32 bytes a
+            // super-block)
+            const int64_t q = i / (2 * kTile), p = (i / 2) % kTile, h = i % 2;
+            const int64_t x = groups.order[tile + min(int(p), nt - 1)] / groups.x_div;
+            sx[(q * kTile + p) * 2 + h] =
+                __ldg(reinterpret_cast<const int4 *>(xq + x * k + 32 * q) + h);
+            if (q < nb) {
+                reinterpret_cast<int4 *>(sbsums)[(q * kTile + p) * 2 + h] =
+                    __ldg(reinterpret_cast<const int4 *>(xbsums + x * (k / 16) + 16 * q) + h);
+                if (h == 0) sdx[q * kTile + p] = __ldg(xd + x * nb + q);
+            }
+        }
+        __syncthreads();
+        const int8_t *xs = reinterpret_cast<const int8_t *>(sx) + g * 32 + c * 8;
         for (int64_t r0 = (int64_t(blockIdx.y) * kWarps + warp) * kRows; r0 < n_rows;
              r0 += int64_t(gridDim.y) * kWarps * kRows) {
             const int64_t rows[2] = {min(r0 + g, n_rows - 1), min(r0 + g + 8, n_rows - 1)};
@@ -98,8 +124,9 @@ __global__ void __launch_bounds__(kThreads, 2)
                     for (int j = 0; j < 8; ++j) {
                         const MmaA a0 = Format::mma_a(wr[0], j, tables, lane, c);
                         const MmaA a1 = Format::mma_a(wr[1], j, tables, lane, c);
-                        const int2 b = __ldg(reinterpret_cast<const int2 *>(
-                            xrow + sb * kQK + Format::mma_x_offset(j, c)));
+                        // slice sb * 8 + (the product's offset) / 32 of pair g, bytes 8 c ..
+                        const int2 b = *reinterpret_cast<const int2 *>(
+                            xs + (sb * 8 + Format::mma_x_offset(j, 0) / 32) * (32 * kTile));
                         const int a[4] = {a0.lo, a1.lo, a0.hi, a1.hi};
                         int isum[4];
                         dev::mma_s8_block(a, b.x, b.y, isum);
@@ -110,10 +137,10 @@ __global__ void __launch_bounds__(kThreads, 2)
                     }
 #pragma unroll
                     for (int o = 0; o < 4; ++o) {
-                        const int64_t x = xo[o % 2];
+                        const int64_t at = sb * kTile + out_pair[o % 2];
                         const typename Format::Sums s =
-                            Format::mma_sums(scaled[o], wr[o / 2], xbsums + x * (k / 16) + sb * 16);
-                        const float dx = __ldg(xd + x * nb + sb);
+                            Format::mma_sums(scaled[o], wr[o / 2], sbsums + at * 16);
+                        const float dx = sdx[at];
                         acc[i][o] += Format::term(s, Format::mma_scales(wr[o / 2]), dx);
                     }
                 }
@@ -135,16 +162,19 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
+// The tables, then per pair of a tile: k int8 activations, k / 16 int16 sums, k / 256 scales.
 template <class Format>
-size_t shared_bytes() {
-    return std::max<size_t>(16, size_t(Format::kTableBytes));
+size_t shared_bytes(int64_t k) {
+    return tables_bytes<Format>() + size_t(kTile) * (size_t(k) + size_t(k) / 8 + size_t(k) / 64);
 }
+
+constexpr size_t kMaxSharedBytes = 200 * 1024;
 
 // Called when the weights are uploaded, outside any graph capture.
 template <class Format>
 void prepare() {
     DS4_CUDA_CHECK(cudaFuncSetAttribute(kernel<Format>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(shared_bytes<Format>())));
+                                        int(kMaxSharedBytes)));
 }
 
 // As expert_matmul::launch: table the [n_experts][n_rows][k] tensor's experts; groups over
@@ -154,7 +184,9 @@ void launch(const ExpertTable &table, int64_t n_rows, int64_t k, const ExpertGro
             const int8_t *xq, const float *xd, const int16_t *xbsums, float *y,
             cudaStream_t stream) {
     const dim3 grid = grouped_grid(groups, kRowSplit, kTile, "expert_mma");
-    launch_kernel(kernel<Format>, grid, kThreads, shared_bytes<Format>(), stream, table, n_rows, k,
+    if (shared_bytes<Format>(k) > kMaxSharedBytes)
+        throw ds4::Error("expert_mma: rows too long for the staged activations");
+    launch_kernel(kernel<Format>, grid, kThreads, shared_bytes<Format>(k), stream, table, n_rows, k,
                   groups, xq, xd, xbsums, y);
 }
 

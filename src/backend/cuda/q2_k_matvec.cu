@@ -153,12 +153,15 @@ struct Q2KFormat {
     __device__ static int mma_x_offset(int j, int c) {
         return 128 * (j / 4) + 32 * (j % 4) + 8 * c;
     }
+    // bsums: the super-block's 16 sums (32 bytes, 16-byte aligned; in shared memory).
     __device__ static Sums mma_sums(int scaled, const MmaRow &r, const int16_t *bsums) {
-        const auto *b = reinterpret_cast<const uint32_t *>(bsums);
+        const uint4 v[2] = {reinterpret_cast<const uint4 *>(bsums)[0],
+                            reinterpret_cast<const uint4 *>(bsums)[1]};
+        const uint32_t b[8] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w};
         int mins = 0;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const uint32_t pair = __ldg(b + i), scales = r.sc[i / 2] >> (16 * (i % 2));
+            const uint32_t pair = b[i], scales = r.sc[i / 2] >> (16 * (i % 2));
             mins += int(int16_t(pair & 0xffffu)) * int((scales >> 4) & 0xfu);
             mins += int(int16_t(pair >> 16)) * int((scales >> 12) & 0xfu);
         }
