@@ -48,12 +48,6 @@ struct MmaA {
     int scale = 1;       // the integer factor of the product's sum
 };
 
-// The lookup tables' bytes, rounded up to 16.
-template <class Format>
-__host__ __device__ constexpr size_t tables_bytes() {
-    return (size_t(Format::kTableBytes) + 15) / 16 * 16;
-}
-
 template <class Format>
 __global__ void __launch_bounds__(kThreads, 2)
     kernel(ExpertTable table, int64_t n_rows, int64_t k, ExpertGroups groups,
@@ -72,7 +66,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     // took eight L1 wavefronts: the kernel was bound by its L1/shared-memory pipe).
     // Beside them the pairs' super-block sums of 16 (32 bytes a super-block and pair, as
     // [sb][pair]) and scales ([sb][pair]), read by the float terms.
-    int4 *sx = smem + tables_bytes<Format>() / 16;
+    static_assert(Format::kTableBytes % 16 == 0);
+    int4 *sx = smem + Format::kTableBytes / 16;
     int16_t *sbsums = reinterpret_cast<int16_t *>(sx + kTile * k / 16);
     float *sdx = reinterpret_cast<float *>(sbsums + kTile * k / 16);
 
@@ -165,7 +160,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 // The tables, then per pair of a tile: k int8 activations, k / 16 int16 sums, k / 256 scales.
 template <class Format>
 size_t shared_bytes(int64_t k) {
-    return tables_bytes<Format>() + size_t(kTile) * (size_t(k) + size_t(k) / 8 + size_t(k) / 64);
+    return size_t(Format::kTableBytes) +
+           size_t(kTile) * (size_t(k) + size_t(k) / 8 + size_t(k) / 64);
 }
 
 constexpr size_t kMaxSharedBytes = 200 * 1024;
