@@ -23,6 +23,9 @@ bool mma_enabled();
 // (attention_decode.cu; the same bits as the kernels they replace); DS4_CUDA_STAGED=0 keeps the
 // register-staged kernels, for comparisons.
 bool staged_attention_enabled();
+// The batched Q8_0 product with its activations staged in shared memory (q8_0_matmul.cu; the
+// same bits); DS4_CUDA_STAGED_Q8_0=0 reads them from memory, for comparisons.
+bool staged_q8_0_enabled();
 
 // f(std::integral_constant<int, TPR>{}) for a kernel's threads per row, one of 256, 128, 64 or
 // 32 (anything else: 32): the matvecs pick TPR at run time and compile one kernel for each.

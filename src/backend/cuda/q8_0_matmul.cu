@@ -1,5 +1,8 @@
 #include <cuda_fp16.h>
 
+#include <mutex>
+
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_s8.cuh"
 #include "backend/cuda/q8_0_matmul.h"
@@ -36,6 +39,28 @@ __host__ __device__ constexpr int bit_reverse4(int q) {
 // folded as they complete, in that tree's order, with a stack of four partial sums per output.
 // blockIdx.z is the group of a grouped product (matrix z of n_rows rows, activation slice z of
 // each token's row); tokens are x_stride values and y_stride outputs apart.
+//
+// kStaged: the block's 64 tokens' activations and scales for the blocks of one w (its 16 p of
+// each pass) are copied to shared memory (cp.async) before that w is computed, a token's 32
+// bytes of a block beside the next token's: an mma's B fragment is then 256 contiguous bytes
+// (two shared-memory wavefronts; from memory, 8 tokens' rows, it took eight L1 wavefronts, which
+// bound the grouped routed products the same way). The same values in the same order. One stage
+// (72 KiB for one pass) leaves three blocks a multiprocessor, which hide each other's copies.
+constexpr int kBlockTokens = kWarpsN * kWarpTokens;                         // 64
+constexpr int64_t kStageBytesPerBlock = kBlockTokens * (kBlockValues + 4);  // values, scale
+
+__host__ __device__ constexpr int64_t q8_0_mma_passes(int64_t nb, int tpr) {
+    return (nb + tpr / 2 - 1) / (tpr / 2);
+}
+
+// A stage: the passes' 16 blocks of one w, for the block's tokens.
+__host__ __device__ constexpr int64_t q8_0_stage_bytes(int64_t passes) {
+    return passes * 16 * kStageBytesPerBlock;
+}
+
+constexpr int64_t kMaxStagedBytes = 200 * 1024;
+
+template <bool kStaged>
 __global__ void __launch_bounds__(kThreads)
     matmul_q8_0_mma_kernel(const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd,
                            int64_t n_rows, int64_t k, int tpr, const int8_t *__restrict__ xq,
@@ -71,6 +96,30 @@ __global__ void __launch_bounds__(kThreads)
     }
     const int warps_per_row = tpr / kWarp;
     const int64_t per_pass = tpr / 2;
+    // Staged: for local block lb = m * 16 + p (block 16 w + p + m per_pass) and the block's
+    // token t, its 32 values at sv[lb][t] and its scale at ss[lb][t].
+    extern __shared__ int4 q8_0_stage[];
+    const int64_t passes = q8_0_mma_passes(nb, tpr);
+    const int64_t block_tok0 = int64_t(blockIdx.y) * kBlockTokens;
+    int8_t *const sv = reinterpret_cast<int8_t *>(q8_0_stage);
+    float *const ss = reinterpret_cast<float *>(sv + passes * 16 * kBlockTokens * kBlockValues);
+    const auto issue_stage = [&](int w) {
+        const int64_t n = passes * 16 * kBlockTokens;
+        for (int64_t i = threadIdx.x; i < 2 * n; i += kThreads) {
+            const int64_t lb = i / (2 * kBlockTokens), t = (i / 2) % kBlockTokens, h = i % 2;
+            const int64_t blk = 16 * w + lb % 16 + lb / 16 * per_pass;
+            const int64_t tok = min(block_tok0 + t, n_tokens - 1);
+            const bool valid = blk < nb;
+            dev::copy_16_async(sv + (lb * kBlockTokens + t) * kBlockValues + 16 * h,
+                               xq + tok * x_stride + (valid ? blk : 0) * kBlockValues + 16 * h,
+                               valid);
+            if (h == 0 && valid)
+                dev::copy_4_async(ss + lb * kBlockTokens + t, xd + tok * x_nb + blk);
+        }
+        dev::commit_async_copies();
+    };
+    // The lane's token of n-tile nt within the block, and its outputs' tokens 2 c, 2 c + 1.
+    const int warp_tok = (warp / kWarpsM) * kWarpTokens;
     // Output (nt, i): row rows[i / 2], token tok0 + 8 nt + 2 c + i % 2 (the mma's c layout).
     float total[kNTiles][4];
 #pragma unroll
@@ -78,6 +127,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int i = 0; i < 4; ++i) total[nt][i] = 0.0f;
     for (int w = 0; w < warps_per_row; ++w) {
+        if constexpr (kStaged) {
+            issue_stage(w);
+            dev::wait_async_copies(0);
+            __syncthreads();
+        }
         float stack[4][kNTiles][4];  // stack[l]: a finished subtree of 2^l leaves
 #pragma unroll
         for (int q = 0; q < kLeaves; ++q) {
@@ -87,7 +141,8 @@ __global__ void __launch_bounds__(kThreads)
             for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) leaf[nt][i] = 0.0f;
-            for (int64_t blk = 16 * w + p; blk < nb; blk += per_pass) {
+            int64_t lb = p;  // the staged block: m * 16 + p
+            for (int64_t blk = 16 * w + p; blk < nb; blk += per_pass, lb += 16) {
                 const int2 a0 = __ldg(reinterpret_cast<const int2 *>(wa[0] + blk * kBlockValues));
                 const int2 a1 = __ldg(reinterpret_cast<const int2 *>(wa[1] + blk * kBlockValues));
                 const int a[4] = {a0.x, a1.x, a0.y, a1.y};
@@ -95,11 +150,21 @@ __global__ void __launch_bounds__(kThreads)
                                      __half2float(__ushort_as_half(__ldg(ws[1] + blk)))};
 #pragma unroll
                 for (int nt = 0; nt < kNTiles; ++nt) {
-                    const int2 b =
-                        __ldg(reinterpret_cast<const int2 *>(xb[nt] + blk * kBlockValues));
+                    int2 b;
+                    float dx[2];
+                    if constexpr (kStaged) {
+                        const int t0 = warp_tok + nt * kMmaTokens;
+                        b = *reinterpret_cast<const int2 *>(
+                            sv + (lb * kBlockTokens + t0 + g) * kBlockValues + 8 * c);
+                        dx[0] = ss[lb * kBlockTokens + t0 + 2 * c];
+                        dx[1] = ss[lb * kBlockTokens + t0 + 2 * c + 1];
+                    } else {
+                        b = __ldg(reinterpret_cast<const int2 *>(xb[nt] + blk * kBlockValues));
+                        dx[0] = __ldg(xs[nt][0] + blk);
+                        dx[1] = __ldg(xs[nt][1] + blk);
+                    }
                     int isum[4];
                     dev::mma_s8_block(a, b.x, b.y, isum);
-                    const float dx[2] = {__ldg(xs[nt][0] + blk), __ldg(xs[nt][1] + blk)};
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         const float scale = __fmul_rn(dw[i / 2], dx[i % 2]);
@@ -138,6 +203,7 @@ __global__ void __launch_bounds__(kThreads)
                     }
             }
         }
+        if constexpr (kStaged) __syncthreads();  // stage w is consumed before w + 1 replaces it
     }
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
@@ -163,8 +229,22 @@ void matmul_q8_0_mma(const Q8_0Matrix &w, int threads_per_row, const int8_t *xq,
     if (row_tiles > 0x7fffffff || token_tiles > 65535 || groups < 1 || groups > 65535)
         throw ds4::Error("matmul_q8_0_mma: too many rows, tokens or groups for one launch");
     const dim3 grid{unsigned(row_tiles), unsigned(token_tiles), unsigned(groups)};
-    launch_kernel(matmul_q8_0_mma_kernel, grid, kThreads, 0, stream, w.qs, w.d, w.n_rows, w.k,
-                  threads_per_row, xq, xd, y, n_tokens, x_stride, y_stride);
+    // The staged kernel where a stage leaves two blocks a multiprocessor (one pass: every
+    // published shape but k of 8,192, whose two passes read from memory).
+    const int64_t stage = q8_0_stage_bytes(q8_0_mma_passes(w.k / kBlockValues, threads_per_row));
+    if (staged_q8_0_enabled() && stage <= kMaxStagedBytes / 2) {
+        static std::once_flag once;  // prefill only: never inside a graph capture
+        std::call_once(once, [] {
+            DS4_CUDA_CHECK(cudaFuncSetAttribute(matmul_q8_0_mma_kernel<true>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                int(kMaxStagedBytes)));
+        });
+        launch_kernel(matmul_q8_0_mma_kernel<true>, grid, kThreads, size_t(stage), stream, w.qs,
+                      w.d, w.n_rows, w.k, threads_per_row, xq, xd, y, n_tokens, x_stride, y_stride);
+    } else {
+        launch_kernel(matmul_q8_0_mma_kernel<false>, grid, kThreads, 0, stream, w.qs, w.d, w.n_rows,
+                      w.k, threads_per_row, xq, xd, y, n_tokens, x_stride, y_stride);
+    }
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 
