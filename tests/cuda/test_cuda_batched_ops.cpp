@@ -198,10 +198,9 @@ TEST(CudaExpertMatmul, Q4KGroupedEqualsDecodeBitForBit) {
 
 TEST(CudaFloatMatmul, EveryRowIsItsMatvecThroughOneScratch) {
     DS4_REQUIRE_CUDA_DEVICE();
-    // 24 x 16384: the hyper-connection mixer (k split 8 ways); 256 x 4096: the router (split 2,
-    // more counters than the mixer); 7 x 40: one block, no split. All through one scratch in
-    // turns, with batches of two sizes: one matrix's partial sums must not disturb another's
-    // counters.
+    // 24 x 16384: the hyper-connection mixer (128 spans of 4 chunks); 256 x 4096: the router
+    // (32 spans); 7 x 40: one span of two chunks, the second a tail of 8 values. All through one
+    // scratch in turns, with batches of two sizes (these batches take the smallest tile).
     constexpr int64_t kMaxM = 37;
     struct Case {
         GgmlType type;
@@ -247,6 +246,44 @@ TEST(CudaFloatMatmul, EveryRowIsItsMatvecThroughOneScratch) {
                     << " of " << m << ", round " << round;
             }
         }
+}
+
+// Each tile shape of a batch (float_matvec.cu picks the largest that fills a wave of blocks):
+// every token's outputs are the bits of its own matvec_float, with partial row and token tiles
+// and a tail chunk (the shapes of float_mma.h's tensor-core products; the smallest tile is the
+// other test's). 1040 x 4096, 520 tokens: 64 x 64 tiles; 264 x 1024, 1030 tokens: 64 x 32;
+// 264 x 520, 600 tokens: 32 x 32.
+TEST(CudaFloatMatmul, EveryTileShapeGivesEachTokenItsMatvecBits) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    struct Case {
+        GgmlType type;
+        int64_t n_rows, k, m;
+    };
+    for (const Case &c :
+         {Case{GgmlType::F16, 1040, 4096, 520}, Case{GgmlType::BF16, 264, 1024, 1030},
+          Case{GgmlType::F32, 264, 520, 600}}) {
+        const FloatMatrix host_view{c.type, nullptr, c.n_rows, c.k};
+        const DeviceBuffer dw = to_device(quant::random_blocks(c.type, c.n_rows * c.k, 9 + c.k));
+        const FloatMatrix fm{c.type, dw.get(), c.n_rows, c.k};
+        const auto X = random_floats(c.m * c.k, 10 + c.m, 2.0f);
+        const DeviceBuffer dX = to_device(X);
+        DeviceBuffer Y = to_device(test::poison_floats(size_t(c.m * c.n_rows)));
+        matmul_float(fm, dX.as<float>(), c.m, Y.as<float>(), FloatMatmulScratch{}, nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = to_host<float>(Y, size_t(c.m * c.n_rows));
+        DeviceBuffer y(size_t(c.n_rows) * 4),
+            scratch(std::max<size_t>(16, float_matvec_scratch_bytes(host_view)));
+        DS4_CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));
+        for (int64_t t = 0; t < c.m; ++t) {
+            matvec_float(fm, dX.as<float>() + t * c.k, y.as<float>(), scratch.get(), nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            const std::vector<float> row(got.begin() + t * c.n_rows,
+                                         got.begin() + (t + 1) * c.n_rows);
+            ASSERT_TRUE(same_bits(row, to_host<float>(y, size_t(c.n_rows))))
+                << ggml_type_name(c.type) << " " << c.n_rows << " x " << c.k << " token " << t
+                << " of " << c.m;
+        }
+    }
 }
 
 TEST(CudaBatchedGlue, RouteOverTokensIsEachTokensRoute) {

@@ -96,7 +96,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{GgmlType::F16, 8192, 1024}, Case{GgmlType::F16, 64, 4096},
                       Case{GgmlType::F16, 37, 96}, Case{GgmlType::F32, 37, 96},
                       Case{GgmlType::F32, 300, 2048}, Case{GgmlType::BF16, 24, 16384},
-                      Case{GgmlType::BF16, 129, 520}, Case{GgmlType::F16, 1, 8}),
+                      Case{GgmlType::BF16, 129, 520}, Case{GgmlType::F16, 1, 8},
+                      // the tiny test model's: one chunk, few rows, a mixer of 1024
+                      Case{GgmlType::F32, 256, 32}, Case{GgmlType::F32, 24, 1024},
+                      Case{GgmlType::F32, 8, 256}, Case{GgmlType::F32, 4, 256},
+                      Case{GgmlType::F32, 512, 256}, Case{GgmlType::F32, 32, 128}),
     [](const auto &info) {
         return std::string(ggml_type_name(info.param.type)) + "_" +
                std::to_string(info.param.n_rows) + "x" + std::to_string(info.param.k);

@@ -6,6 +6,8 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/float_matvec.h"
+#include "backend/cuda/float_mma.h"
+#include "backend/cuda/float_weights.cuh"
 #include "backend/cuda/launch.cuh"
 #include "common/error.h"
 
@@ -15,50 +17,6 @@ namespace {
 constexpr int kThreads = 256, kWarp = 32, kValues = 8;  // values per thread per pass
 constexpr int kMaxSplit = 8;
 constexpr int64_t kMinBlocks = 264;  // ~2 blocks per multiprocessor of an H200 (132)
-
-template <GgmlType T>
-struct Weights8;  // 8 consecutive weights of a row as floats
-
-template <>
-struct Weights8<GgmlType::F32> {
-    static constexpr int kBytes = 4;
-    __device__ static void load(const void *row, int64_t i, float (&w)[8]) {
-        const float4 *p = reinterpret_cast<const float4 *>(static_cast<const float *>(row) + i);
-        const float4 a = __ldcs(p), b = __ldcs(p + 1);
-        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z,
-        w[7] = b.w;
-    }
-};
-
-template <>
-struct Weights8<GgmlType::F16> {
-    static constexpr int kBytes = 2;
-    __device__ static void load(const void *row, int64_t i, float (&w)[8]) {
-        const uint4 v =
-            __ldcs(reinterpret_cast<const uint4 *>(static_cast<const __half *>(row) + i));
-        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&u[j]));
-            w[2 * j] = f.x, w[2 * j + 1] = f.y;
-        }
-    }
-};
-
-template <>
-struct Weights8<GgmlType::BF16> {
-    static constexpr int kBytes = 2;
-    __device__ static void load(const void *row, int64_t i, float (&w)[8]) {
-        const uint4 v =
-            __ldcs(reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(row) + i));
-        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {  // bf16 is the top half of an f32
-            w[2 * j] = __uint_as_float(u[j] << 16);
-            w[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
-        }
-    }
-};
 
 // Groups of TPR threads compute R rows each (256 / TPR groups per block), over the split
 // blockIdx.y of S equal parts of k. Each thread sums its exact double products; the warp adds
@@ -94,7 +52,7 @@ __device__ __forceinline__ void matvec_float_block(
 #pragma unroll
     for (int r = 0; r < R; ++r)
         wrow[r] = static_cast<const char *>(w) +
-                  (first_row + min(row0 + r, n_rows - 1)) * k * Weights8<T>::kBytes;
+                  (first_row + min(row0 + r, n_rows - 1)) * k * dev::Weights8<T>::kBytes;
     double acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -105,7 +63,7 @@ __device__ __forceinline__ void matvec_float_block(
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             float wv[8];
-            Weights8<T>::load(wrow[r], i, wv);
+            dev::Weights8<T>::load(wrow[r], i, wv);
 #pragma unroll
             for (int v = 0; v < 8; ++v) wd[r][v] = double(wv[v]);
         }
@@ -354,12 +312,17 @@ void run_with_scratch(const FloatMatrix &w, const Plan &p, const Slots &sl, cons
 }  // namespace
 
 size_t float_matvec_scratch_bytes(const FloatMatrix &w) {
-    return scratch_bytes(w, plan(w), 1);
+    return float_uses_mma(w) ? float_mma_scratch_bytes(w) : scratch_bytes(w, plan(w), 1);
 }
 
 void matvec_float(const FloatMatrix &w, const float *x, float *y, void *scratch,
                   cudaStream_t stream) {
     if (w.n_rows == 0) return;
+    if (float_uses_mma(w)) {
+        const FloatMmaProduct one{w, y, scratch};
+        float_mma_matvec(&one, 1, x, stream);
+        return;
+    }
     run_with_scratch(w, plan(w), Slots{}, x, y, scratch, stream);
 }
 
@@ -391,7 +354,7 @@ void check_many(const FloatProduct *products, int n) {
 size_t float_matvec_many_scratch_bytes(const FloatProduct *products, int n) {
     check_many(products, n);
     size_t bytes = 0;
-    for (int j = 0; j < n; ++j) bytes += scratch_bytes(products[j].w, plan(products[j].w), 1);
+    for (int j = 0; j < n; ++j) bytes += float_matvec_scratch_bytes(products[j].w);
     return bytes;
 }
 
@@ -399,35 +362,46 @@ void matvec_float_many(const FloatProduct *products, int n, const float *x, void
                        size_t scratch_bytes_given, cudaStream_t stream) {
     if (float_matvec_many_scratch_bytes(products, n) > scratch_bytes_given)
         throw ds4::Error("matvec_float_many: the scratch is smaller than these products need");
+    // Each product's scratch in product order; those of float_uses_mma go to float_mma_matvec
+    // (a launch of their own), the others to one launch of the thread kernel.
+    FloatMmaProduct mma[kMaxFloatProducts];
+    int n_mma = 0;
     ManyProducts mp{};
-    mp.n = n;
     const int tpr = plan(products[0].w).tpr;
-    int64_t row_groups = 0;  // of all products, as one product's would be counted
+    int64_t row_groups = 0;  // of the thread kernel's products, as one product's would be counted
     for (int j = 0; j < n; ++j)
-        row_groups += (products[j].w.n_rows + kThreads / tpr - 1) / (kThreads / tpr);
+        if (!float_uses_mma(products[j].w))
+            row_groups += (products[j].w.n_rows + kThreads / tpr - 1) / (kThreads / tpr);
     const int r = decode_rows_per_group(row_groups);
     unsigned blocks = 0;
     char *free = static_cast<char *>(scratch);
-    for (int j = 0; j < mp.n; ++j) {
+    for (int j = 0; j < n; ++j) {
         const FloatMatrix &w = products[j].w;
+        if (float_uses_mma(w)) {
+            mma[n_mma++] = {w, products[j].y, free};
+            free += float_mma_scratch_bytes(w);
+            continue;
+        }
         const Plan p = plan(w);  // matvec_float's plan: the same split, the same bits
         if (p.split > 1 && counter_bytes(w, p, 1) > kFloatMatvecCounterBytes)
             throw ds4::Error("matvec_float_many: more split row groups than counters");
-        mp.w[j] = w.data;
-        mp.y[j] = products[j].y;
-        mp.n_rows[j] = w.n_rows;
-        mp.span[j] = p.span;
-        mp.split[j] = unsigned(p.split);
-        mp.n_bx[j] = unsigned((w.n_rows + kThreads / tpr * r - 1) / (kThreads / tpr * r));
-        mp.first_block[j] = blocks;
-        blocks += mp.n_bx[j] * mp.split[j];
+        const int i = mp.n++;
+        mp.w[i] = w.data;
+        mp.y[i] = products[j].y;
+        mp.n_rows[i] = w.n_rows;
+        mp.span[i] = p.span;
+        mp.split[i] = unsigned(p.split);
+        mp.n_bx[i] = unsigned((w.n_rows + kThreads / tpr * r - 1) / (kThreads / tpr * r));
+        mp.first_block[i] = blocks;
+        blocks += mp.n_bx[i] * mp.split[i];
         if (p.split > 1) {  // its own counters and partial sums (scratch_bytes' layout)
-            mp.counters[j] = reinterpret_cast<unsigned *>(free);
-            mp.partial[j] = reinterpret_cast<double *>(free + kFloatMatvecCounterBytes);
+            mp.counters[i] = reinterpret_cast<unsigned *>(free);
+            mp.partial[i] = reinterpret_cast<double *>(free + kFloatMatvecCounterBytes);
             free += scratch_bytes(w, p, 1);
         }
     }
     mp.first_block[mp.n] = blocks;
+    if (n_mma > 0) float_mma_matvec(mma, n_mma, x, stream);
     if (blocks == 0) return;
     auto go = [&](auto type) {
         with_threads_per_row(tpr, [&](auto t) {
@@ -455,17 +429,23 @@ void matvec_float_many(const FloatProduct *products, int n, const float *x, void
 }
 
 size_t float_matmul_counter_bytes(const FloatMatrix &w, int64_t m) {
+    if (float_uses_mma(w)) return 0;
     const Plan p = plan(w);
     return m > 0 && p.split > 1 ? counter_bytes(w, p, m) : 0;
 }
 
 size_t float_matmul_partial_bytes(const FloatMatrix &w, int64_t m) {
+    if (float_uses_mma(w)) return 0;
     return m > 0 ? partial_bytes(w, plan(w), m) : 0;
 }
 
 void matmul_float(const FloatMatrix &w, const float *X, int64_t m, float *Y,
                   const FloatMatmulScratch &scratch, cudaStream_t stream) {
     if (m <= 0 || w.n_rows == 0) return;
+    if (float_uses_mma(w)) {
+        float_mma_matmul(w, X, m, Y, stream);
+        return;
+    }
     if (m > 65535) throw ds4::Error("matmul_float: at most 65535 rows a launch");
     // Every row with the one-token plan: the same split of k, so each output is matvec's.
     const Plan p = plan(w);

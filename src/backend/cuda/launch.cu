@@ -24,6 +24,11 @@ bool mma_enabled() {
     return on;
 }
 
+bool float_mma_enabled() {
+    static const bool on = on_unless_zero("DS4_CUDA_FLOAT_MMA");
+    return on;
+}
+
 bool staged_q8_0_enabled() {
     static const bool on = on_unless_zero("DS4_CUDA_STAGED_Q8_0");
     return on;

@@ -26,6 +26,10 @@ bool staged_attention_enabled();
 // The batched Q8_0 product with its activations staged in shared memory (q8_0_matmul.cu; the
 // same bits); DS4_CUDA_STAGED_Q8_0=0 reads them from memory, for comparisons.
 bool staged_q8_0_enabled();
+// The float products of float_mma.h's shapes on the fp64 tensor cores (float_mma.cu; their own
+// order, the same for one token and a batch); DS4_CUDA_FLOAT_MMA=0 keeps every float product on
+// the thread kernels (float_matvec.cu), for comparisons.
+bool float_mma_enabled();
 
 // f(std::integral_constant<int, TPR>{}) for a kernel's threads per row, one of 256, 128, 64 or
 // 32 (anything else: 32): the matvecs pick TPR at run time and compile one kernel for each.

@@ -1,0 +1,36 @@
+#pragma once
+// The float products on the fp64 tensor cores (float_mma.cuh's order), for the matrices whose
+// batches gain from them: float_matvec.cu sends a matrix here when float_uses_mma(w), for one
+// token and for a batch alike, so that a token's bits do not depend on the batch. The choice is
+// a function of the matrix's shape: rows enough to fill the batch's tiles (the compressors, the
+// indexer's compressor, the router of the published file); the hyper-connection mixers (24 rows
+// of 16,384) and other short matrices keep the thread kernels, whose one-token latency is lower.
+// DS4_CUDA_FLOAT_MMA=0 keeps every matrix on the thread kernels, for comparisons.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/float_matvec.h"
+
+namespace ds4::cuda {
+
+constexpr int64_t kFloatMmaMinRows = 256, kFloatMmaMaxRows = 4096;
+
+bool float_uses_mma(const FloatMatrix &w);
+
+// One token's scratch (counters, then the spans' sums; the counters zero before and left zero).
+size_t float_mma_scratch_bytes(const FloatMatrix &w);
+
+struct FloatMmaProduct {
+    FloatMatrix w;
+    float *y = nullptr;
+    void *scratch = nullptr;  // float_mma_scratch_bytes(w), its own
+};
+// Products of one x (one launch; all of one type and k).
+void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cudaStream_t stream);
+
+void float_mma_matmul(const FloatMatrix &w, const float *X, int64_t m, float *Y,
+                      cudaStream_t stream);
+
+}  // namespace ds4::cuda
