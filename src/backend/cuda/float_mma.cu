@@ -10,6 +10,11 @@
 namespace ds4::cuda {
 namespace {
 
+void check_rows(const FloatMatrix &w) {
+    if (w.k % 8 != 0)
+        throw ds4::Error("the CUDA float products need rows of a multiple of 8 values");
+}
+
 template <class F>
 void with_type(GgmlType type, const char *what, F &&f) {
     switch (type) {
@@ -140,6 +145,7 @@ void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cu
     unsigned blocks = 0;
     for (int j = 0; j < n; ++j) {
         const FloatMatrix &w = products[j].w;
+        check_rows(w);
         if (w.n_rows == 0) continue;
         const FloatSpans sp = float_spans(w.n_rows, w.k);
         if (sp.spans > 1 && size_t(sp.row_tiles) * sizeof(unsigned) > kFloatMatvecCounterBytes)
@@ -166,6 +172,7 @@ void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cu
 
 void float_mma_matmul(const FloatMatrix &w, const float *X, int64_t m, float *Y,
                       cudaStream_t stream) {
+    check_rows(w);
     if (m > 65535 * 16) throw ds4::Error("matmul_float: too many rows for one launch");
     with_type(w.type, "matmul_float",
               [&](auto type) { launch_batch<decltype(type)::value>(w, X, m, Y, stream); });
