@@ -175,8 +175,7 @@ struct Plan {
 
 // n_slots: the products of one launch (the experts' slots), each of w.n_rows rows.
 Plan plan(const FloatMatrix &w, int n_slots = 1) {
-    if (w.k % kValues != 0)
-        throw ds4::Error("the CUDA float matvec needs rows of a multiple of 8 values");
+    check_float_rows(w.k);
     const int64_t pieces = w.k / kValues;
     const int tpr = pieces >= 256 ? 256 : pieces >= 128 ? 128 : pieces >= 64 ? 64 : 32;
     const int64_t blocks = (w.n_rows + kThreads / tpr - 1) / (kThreads / tpr) * n_slots;
@@ -254,19 +253,9 @@ void launch(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x
 template <int NT>
 void launch_type(const FloatMatrix &w, const Plan &p, const Slots &sl, const float *x, float *y,
                  double *partial, unsigned *counters, cudaStream_t stream) {
-    switch (w.type) {
-        case GgmlType::F32:
-            launch<GgmlType::F32, NT>(w, p, sl, x, y, partial, counters, stream);
-            break;
-        case GgmlType::F16:
-            launch<GgmlType::F16, NT>(w, p, sl, x, y, partial, counters, stream);
-            break;
-        case GgmlType::BF16:
-            launch<GgmlType::BF16, NT>(w, p, sl, x, y, partial, counters, stream);
-            break;
-        default:
-            throw ds4::Error("matvec_float takes F32, F16 or BF16 weights");
-    }
+    with_float_type(w.type, "matvec_float", [&](auto type) {
+        launch<decltype(type)::value, NT>(w, p, sl, x, y, partial, counters, stream);
+    });
 }
 
 // The counters of a launch's split row groups (a multiple of 256 bytes, at least
@@ -412,19 +401,7 @@ void matvec_float_many(const FloatProduct *products, int n, const float *x, void
             });
         });
     };
-    switch (products[0].w.type) {
-        case GgmlType::F32:
-            go(std::integral_constant<GgmlType, GgmlType::F32>{});
-            break;
-        case GgmlType::F16:
-            go(std::integral_constant<GgmlType, GgmlType::F16>{});
-            break;
-        case GgmlType::BF16:
-            go(std::integral_constant<GgmlType, GgmlType::BF16>{});
-            break;
-        default:
-            throw ds4::Error("matvec_float_many takes F32, F16 or BF16 weights");
-    }
+    with_float_type(products[0].w.type, "matvec_float_many", go);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

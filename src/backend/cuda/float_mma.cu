@@ -10,28 +10,6 @@
 namespace ds4::cuda {
 namespace {
 
-void check_rows(const FloatMatrix &w) {
-    if (w.k % 8 != 0)
-        throw ds4::Error("the CUDA float products need rows of a multiple of 8 values");
-}
-
-template <class F>
-void with_type(GgmlType type, const char *what, F &&f) {
-    switch (type) {
-        case GgmlType::F32:
-            f(std::integral_constant<GgmlType, GgmlType::F32>{});
-            break;
-        case GgmlType::F16:
-            f(std::integral_constant<GgmlType, GgmlType::F16>{});
-            break;
-        case GgmlType::BF16:
-            f(std::integral_constant<GgmlType, GgmlType::BF16>{});
-            break;
-        default:
-            throw ds4::Error(std::string(what) + " takes F32, F16 or BF16 weights");
-    }
-}
-
 // ---- one token: float_mma.cuh's order, a warp a (row tile, span) ----
 
 constexpr int kDecodeThreads = 256, kDecodeWarpsPerBlock = kDecodeThreads / 32;
@@ -145,7 +123,7 @@ void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cu
     unsigned blocks = 0;
     for (int j = 0; j < n; ++j) {
         const FloatMatrix &w = products[j].w;
-        check_rows(w);
+        check_float_rows(w.k);
         if (w.n_rows == 0) continue;
         const FloatSpans sp = float_spans(w.n_rows, w.k);
         if (sp.spans > 1 && size_t(sp.row_tiles) * sizeof(unsigned) > kFloatMatvecCounterBytes)
@@ -163,7 +141,7 @@ void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cu
     }
     ps.first_block[ps.n] = blocks;
     if (blocks == 0) return;
-    with_type(products[0].w.type, "matvec_float", [&](auto type) {
+    with_float_type(products[0].w.type, "matvec_float", [&](auto type) {
         launch_kernel(float_mma_decode_kernel<decltype(type)::value>, blocks, kDecodeThreads, 0,
                       stream, ps, products[0].w.k, x);
     });
@@ -172,10 +150,10 @@ void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cu
 
 void float_mma_matmul(const FloatMatrix &w, const float *X, int64_t m, float *Y,
                       cudaStream_t stream) {
-    check_rows(w);
+    check_float_rows(w.k);
     if (m > 65535 * 16) throw ds4::Error("matmul_float: too many rows for one launch");
-    with_type(w.type, "matmul_float",
-              [&](auto type) { launch_batch<decltype(type)::value>(w, X, m, Y, stream); });
+    with_float_type(w.type, "matmul_float",
+                    [&](auto type) { launch_batch<decltype(type)::value>(w, X, m, Y, stream); });
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -6,7 +6,10 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
+#include "common/error.h"
 #include "gguf/ggml_type.h"
 
 namespace ds4::cuda::dev {
@@ -67,3 +70,31 @@ struct Weights8<GgmlType::BF16> {
 };
 
 }  // namespace ds4::cuda::dev
+
+namespace ds4::cuda {
+
+// Every float product loads 8 values of a row at once, 16-byte aligned: k a multiple of 8.
+inline void check_float_rows(int64_t k) {
+    if (k % 8 != 0) throw ds4::Error("the CUDA float products need rows of a multiple of 8 values");
+}
+
+// f(std::integral_constant<GgmlType, T>{}) for a float format T (F32, F16 or BF16): the kernels
+// are compiled for each; `what` names the caller in the error for any other format.
+template <class F>
+void with_float_type(GgmlType type, const char *what, F &&f) {
+    switch (type) {
+        case GgmlType::F32:
+            f(std::integral_constant<GgmlType, GgmlType::F32>{});
+            break;
+        case GgmlType::F16:
+            f(std::integral_constant<GgmlType, GgmlType::F16>{});
+            break;
+        case GgmlType::BF16:
+            f(std::integral_constant<GgmlType, GgmlType::BF16>{});
+            break;
+        default:
+            throw ds4::Error(std::string(what) + " takes F32, F16 or BF16 weights");
+    }
+}
+
+}  // namespace ds4::cuda
