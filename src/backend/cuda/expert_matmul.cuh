@@ -19,6 +19,7 @@
 #include "backend/cuda/expert_groups.h"
 #include "backend/cuda/expert_matvec.cuh"
 #include "backend/cuda/expert_table.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds4::cuda::expert_matmul {
 
@@ -128,7 +129,7 @@ size_t shared_bytes(int64_t k) {
 template <class Format>
 void prepare() {
     DS4_CUDA_CHECK(cudaFuncSetAttribute(kernel<Format>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        200 * 1024));
+                                        kMaxDynamicSharedBytes));
 }
 
 // table: where the experts of the [n_experts][n_rows][k] tensor are (expert_table.h); groups over
@@ -139,7 +140,7 @@ void launch(const ExpertTable &table, int64_t n_rows, int64_t k, const ExpertGro
             const int8_t *xq, const float *xd, const int16_t *xbsums, float *y,
             cudaStream_t stream) {
     const dim3 grid = grouped_grid(groups, kRowSplit, kTile, "expert_matmul");
-    if (shared_bytes<Format>(k) > 200 * 1024)
+    if (shared_bytes<Format>(k) > size_t(kMaxDynamicSharedBytes))
         throw ds4::Error("expert_matmul: rows too long for the staged activations");
     launch_kernel(kernel<Format>, grid, kThreads, shared_bytes<Format>(k), stream, table, n_rows, k,
                   groups, xq, xd, xbsums, y);

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 3)
 // weights are uploaded, outside any graph capture.
 template <class Format>
 void prepare() {
-    constexpr int kMax = 200 * 1024;
+    constexpr int kMax = kMaxDynamicSharedBytes;
     DS4_CUDA_CHECK(
         cudaFuncSetAttribute(kernel<Format, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMax));
     DS4_CUDA_CHECK(

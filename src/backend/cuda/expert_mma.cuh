@@ -164,7 +164,7 @@ size_t shared_bytes(int64_t k) {
            size_t(kTile) * (size_t(k) + size_t(k) / 8 + size_t(k) / 64);
 }
 
-constexpr size_t kMaxSharedBytes = 200 * 1024;
+constexpr size_t kMaxSharedBytes = kMaxDynamicSharedBytes;
 
 // Called when the weights are uploaded, outside any graph capture.
 template <class Format>

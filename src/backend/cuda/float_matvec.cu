@@ -354,19 +354,22 @@ void matvec_float_many(const FloatProduct *products, int n, const float *x, void
     // Each product's scratch in product order; those of float_uses_mma go to float_mma_matvec
     // (a launch of their own), the others to one launch of the thread kernel.
     FloatMmaProduct mma[kMaxFloatProducts];
+    bool on_mma[kMaxFloatProducts];
     int n_mma = 0;
     ManyProducts mp{};
     const int tpr = plan(products[0].w).tpr;
     int64_t row_groups = 0;  // of the thread kernel's products, as one product's would be counted
-    for (int j = 0; j < n; ++j)
-        if (!float_uses_mma(products[j].w))
+    for (int j = 0; j < n; ++j) {
+        on_mma[j] = float_uses_mma(products[j].w);
+        if (!on_mma[j])
             row_groups += (products[j].w.n_rows + kThreads / tpr - 1) / (kThreads / tpr);
+    }
     const int r = decode_rows_per_group(row_groups);
     unsigned blocks = 0;
     char *free = static_cast<char *>(scratch);
     for (int j = 0; j < n; ++j) {
         const FloatMatrix &w = products[j].w;
-        if (float_uses_mma(w)) {
+        if (on_mma[j]) {
             mma[n_mma++] = {w, products[j].y, free};
             free += float_mma_scratch_bytes(w);
             continue;

@@ -15,6 +15,10 @@
 
 namespace ds4::cuda {
 
+// The dynamic shared memory a kernel of this folder may ask for: under the 227 KiB a block may
+// have on sm_90, with room left for a kernel's static arrays.
+constexpr int kMaxDynamicSharedBytes = 200 * 1024;
+
 bool pdl_enabled();
 // The prefill products on int8 tensor cores (q8_0_matmul.h, expert_mma.cuh; the same bits as
 // the kernels they replace); DS4_CUDA_MMA=0 keeps the dp4a kernels, for comparisons.

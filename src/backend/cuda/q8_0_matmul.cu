@@ -58,7 +58,7 @@ __host__ __device__ constexpr int64_t q8_0_stage_bytes(int64_t passes) {
     return passes * 16 * kStageBytesPerBlock;
 }
 
-constexpr int64_t kMaxStagedBytes = 200 * 1024;
+constexpr int64_t kMaxStagedBytes = kMaxDynamicSharedBytes;
 
 template <bool kStaged>
 __global__ void __launch_bounds__(kThreads)
