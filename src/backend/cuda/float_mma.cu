@@ -1,4 +1,3 @@
-#include <algorithm>
 #include <mutex>
 #include <string>
 
@@ -48,51 +47,18 @@ struct DecodeProducts {
     int n;
 };
 
-// The doubles a decode block stages (18 KiB): the token's values of up to 64 chunks, padded.
-constexpr int64_t kDecodeStagedChunks = 64;
-constexpr int kDecodeStageDoubles = int(kDecodeStagedChunks * kFloatChunk * 9 / 8);
-
-// Whether every block of a product's decode stages its chunks: a block's 8 warps take at most
-// 8 / row_tiles + 2 spans (warp w: span w / row_tiles).
-bool decode_stages(const FloatSpans &sp) {
-    const int64_t spans = std::min<int64_t>(sp.spans, kDecodeWarpsPerBlock / sp.row_tiles + 2);
-    return spans * sp.span_chunks <= kDecodeStagedChunks;
-}
-
-// kStaged (every product's blocks stage; decode_stages): the block converts the token's values
-// of the chunks its warps take to double once, in shared memory, and 80 registers leave room for
-// 3 blocks a multiprocessor; otherwise each warp converts its own (128 registers).
-template <GgmlType T, bool kStaged>
-__global__ void __launch_bounds__(kDecodeThreads, kStaged ? 3 : 1)
+template <GgmlType T>
+__global__ void __launch_bounds__(kDecodeThreads)
     float_mma_decode_kernel(const __grid_constant__ DecodeProducts ps, int64_t k,
                             const float *__restrict__ x) {
     dev::wait_for_previous_kernels();
     int j = 0;
     while (j + 1 < ps.n && blockIdx.x >= ps.first_block[j + 1]) ++j;
     const DecodeProduct &p = ps.p[j];
-    const int64_t first_warp = int64_t(blockIdx.x - ps.first_block[j]) * kDecodeWarpsPerBlock;
-    const int64_t warp = first_warp + threadIdx.x / 32;
-    const int64_t last_warp = min(first_warp + kDecodeWarpsPerBlock, decode_warps(p.sp)) - 1;
-    if constexpr (kStaged) {
-        __shared__ double xs[kDecodeStageDoubles];
-        const int64_t q0 = first_warp / p.sp.row_tiles * p.sp.span_chunks;
-        const int64_t q1 = min(p.sp.chunks, (last_warp / p.sp.row_tiles + 1) * p.sp.span_chunks);
-        for (int64_t i = 4 * threadIdx.x; i < (q1 - q0) * kFloatChunk; i += 4 * kDecodeThreads) {
-            const int64_t pos = q0 * kFloatChunk + i;  // k is a multiple of 8: all 4 or none
-            const float4 v = pos < k ? __ldg(reinterpret_cast<const float4 *>(x + pos))
-                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            double *dst = xs + dev::staged_x_index(i);  // 4 of one group of 8: contiguous
-            dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
-        }
-        __syncthreads();
-        if (warp > last_warp) return;  // the whole warp
-        dev::float_mma_decode_warp<T, true>(p.w, p.n_rows, k, p.sp, warp, x, xs, q0, p.y, p.partial,
-                                            p.counters);
-    } else {
-        if (warp > last_warp) return;
-        dev::float_mma_decode_warp<T, false>(p.w, p.n_rows, k, p.sp, warp, x, nullptr, 0, p.y,
-                                             p.partial, p.counters);
-    }
+    const int64_t warp =
+        int64_t(blockIdx.x - ps.first_block[j]) * kDecodeWarpsPerBlock + threadIdx.x / 32;
+    if (warp >= decode_warps(p.sp)) return;  // the whole warp
+    dev::float_mma_decode_warp<T>(p.w, p.n_rows, k, p.sp, warp, x, p.y, p.partial, p.counters);
 }
 
 // ---- a batch: float_mma.cuh's tiles ----
@@ -155,13 +121,11 @@ size_t float_mma_scratch_bytes(const FloatMatrix &w) {
 void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cudaStream_t stream) {
     DecodeProducts ps{};
     unsigned blocks = 0;
-    bool staged = true;
     for (int j = 0; j < n; ++j) {
         const FloatMatrix &w = products[j].w;
         check_float_rows(w.k);
         if (w.n_rows == 0) continue;
         const FloatSpans sp = float_spans(w.n_rows, w.k);
-        staged = staged && decode_stages(sp);
         if (sp.spans > 1 && size_t(sp.row_tiles) * sizeof(unsigned) > kFloatMatvecCounterBytes)
             throw ds4::Error("matvec_float: more split row tiles than counters");
         if (sp.spans > 1 && !products[j].scratch)
@@ -178,9 +142,8 @@ void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cu
     ps.first_block[ps.n] = blocks;
     if (blocks == 0) return;
     with_float_type(products[0].w.type, "matvec_float", [&](auto type) {
-        constexpr GgmlType T = decltype(type)::value;
-        launch_kernel(staged ? float_mma_decode_kernel<T, true> : float_mma_decode_kernel<T, false>,
-                      blocks, kDecodeThreads, 0, stream, ps, products[0].w.k, x);
+        launch_kernel(float_mma_decode_kernel<decltype(type)::value>, blocks, kDecodeThreads, 0,
+                      stream, ps, products[0].w.k, x);
     });
     DS4_CUDA_CHECK(cudaGetLastError());
 }

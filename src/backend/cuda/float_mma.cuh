@@ -55,25 +55,15 @@ namespace dev {
 
 constexpr int kFloatDecodeInFlight = 4;  // chunks a decode warp loads before its mma steps
 
-// The token's values as one decode block stages them (float_mma.cu: the chunks of the spans
-// its warps take, converted to double once for the block): value i of the first staged chunk's
-// start goes to i + i / 8, so that lanes (0, c) of a step, reading values 8 c + j, hit four
-// different pairs of banks.
-__device__ __forceinline__ int64_t staged_x_index(int64_t i) {
-    return i + i / 8;
-}
-
 // One token's product, warp `warp_index` of a matrix's row_tiles * spans: rows rt * 8 ..
 // rt * 8 + 7 over span s. With one span the warp writes y; otherwise it leaves its 8 sums in
 // partial[(rt * 8 + g) * spans + s], and the last warp of the row tile to arrive (its counter,
-// zero before and left zero) adds them in span order. kStaged: x's values come as doubles from
-// xs (chunks from xs_first_chunk on, staged_x_index's layout); otherwise each lane (0, c)
-// loads and converts its own.
-template <GgmlType T, bool kStaged>
+// zero before and left zero) adds them in span order.
+template <GgmlType T>
 __device__ __forceinline__ void float_mma_decode_warp(
     const void *__restrict__ w, int64_t n_rows, int64_t k, const FloatSpans &sp, int64_t warp_index,
-    const float *__restrict__ x, const double *xs, int64_t xs_first_chunk, float *__restrict__ y,
-    double *__restrict__ partial, unsigned *__restrict__ counters) {
+    const float *__restrict__ x, float *__restrict__ y, double *__restrict__ partial,
+    unsigned *__restrict__ counters) {
     constexpr int U = kFloatDecodeInFlight;
     const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int64_t rt = warp_index % sp.row_tiles, s = warp_index / sp.row_tiles;
@@ -85,18 +75,16 @@ __device__ __forceinline__ void float_mma_decode_warp(
     double d[2] = {0.0, 0.0};
     for (int64_t q0 = q_begin; q0 < q_end; q0 += U) {
         float wv[U][8], xv[U][8];
-        bool in[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int64_t pos = (q0 + u) * kFloatChunk + 8 * c;
-            in[u] = q0 + u < q_end && pos < k;
-            if (in[u])
+            const bool in = q0 + u < q_end && pos < k;
+            if (in)
                 Weights8<T>::load(wrow, pos, wv[u]);
             else
 #pragma unroll
                 for (int v = 0; v < 8; ++v) wv[u][v] = 0.0f;
-            if constexpr (kStaged) continue;
-            if (in[u] && g == 0) {  // B's column 0 is the token; columns 1-7 are zeros
+            if (in && g == 0) {  // B's column 0 is the token; columns 1-7 are zeros
                 const float4 a = __ldg(reinterpret_cast<const float4 *>(x + pos));
                 const float4 b = __ldg(reinterpret_cast<const float4 *>(x + pos) + 1);
                 xv[u][0] = a.x, xv[u][1] = a.y, xv[u][2] = a.z, xv[u][3] = a.w;
@@ -109,16 +97,8 @@ __device__ __forceinline__ void float_mma_decode_warp(
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (q0 + u >= q_end) break;  // the same for the whole warp
-            const int64_t at = (q0 + u - xs_first_chunk) * kFloatChunk + 8 * c;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                double b;  // B's column 0 is the token; columns 1-7 are zeros
-                if constexpr (kStaged)
-                    b = in[u] && g == 0 ? xs[staged_x_index(at + j)] : 0.0;
-                else
-                    b = double(xv[u][j]);
-                mma_f64(d, double(wv[u][j]), b);
-            }
+            for (int j = 0; j < 8; ++j) mma_f64(d, double(wv[u][j]), double(xv[u][j]));
         }
     }
     // Lane (g, 0) holds row g's span sum in d[0].
