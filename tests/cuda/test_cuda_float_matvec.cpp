@@ -236,6 +236,63 @@ TEST(CudaFloatMatvecMany, EachOutputIsItsOwnLaunchBitForBit) {
     }
 }
 
+// Groups of other matrices, in other orders, through one scratch (as a decode step's groups go
+// through the step's): each output still the bits of its own launch, round after round. Where a
+// product's counters sat after the group's earlier partial sums, another group's partial sums
+// covered them, and the next launch found them nonzero (the tiny model's compressors, when
+// every float matrix took the tensor cores). Shapes of both the tensor-core and the thread
+// kernels' split products.
+TEST(CudaFloatMatvecMany, GroupsOfOtherMatricesShareOneScratch) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int64_t k = 4096;
+    const std::vector<int64_t> rows = {1024, 256, 64, 512, 24};
+    const auto x = random_floats(k, 91, 3.0f);
+    const DeviceBuffer dx = to_device(x);
+    std::vector<DeviceBuffer> weights, outputs;
+    std::vector<FloatProduct> all;
+    std::vector<std::vector<float>> want;
+    size_t one_scratch = 16;
+    for (size_t j = 0; j < rows.size(); ++j) {
+        weights.push_back(to_device(quant::random_blocks(GgmlType::F16, rows[j] * k, 70 + j)));
+        outputs.emplace_back(size_t(rows[j]) * sizeof(float));
+        const FloatMatrix m{GgmlType::F16, weights.back().get(), rows[j], k};
+        all.push_back({m, outputs.back().as<float>()});
+        one_scratch = std::max(one_scratch, float_matvec_scratch_bytes(m));
+    }
+    DeviceBuffer scratch(one_scratch);
+    DS4_CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));
+    for (const FloatProduct &p : all) {
+        matvec_float(p.w, dx.as<float>(), p.y, scratch.get(), nullptr);
+        DS4_CUDA_CHECK(cudaDeviceSynchronize());
+        want.push_back(to_host<float>(outputs[size_t(&p - all.data())], size_t(p.w.n_rows)));
+    }
+    const std::vector<std::vector<size_t>> groups = {{0, 1}, {1, 0, 3}, {2, 3, 1, 4}, {4, 0}};
+    size_t many_bytes = 0;
+    std::vector<std::vector<FloatProduct>> group_products;
+    for (const auto &g : groups) {
+        group_products.emplace_back();
+        for (size_t j : g) group_products.back().push_back(all[j]);
+        many_bytes = std::max(many_bytes, float_matvec_many_scratch_bytes(
+                                              group_products.back().data(), int(g.size())));
+    }
+    DeviceBuffer many(many_bytes);
+    DS4_CUDA_CHECK(cudaMemset(many.get(), 0, many.bytes()));
+    for (int round = 0; round < 3; ++round)
+        for (size_t gi = 0; gi < groups.size(); ++gi) {
+            for (const DeviceBuffer &y : outputs)
+                DS4_CUDA_CHECK(cudaMemset(y.get(), 0xff, y.bytes()));
+            const auto &ps = group_products[gi];
+            matvec_float_many(ps.data(), int(ps.size()), dx.as<float>(), many.get(), many.bytes(),
+                              nullptr);
+            DS4_CUDA_CHECK(cudaDeviceSynchronize());
+            for (size_t j : groups[gi]) {
+                const auto got = to_host<float>(outputs[j], want[j].size());
+                ASSERT_EQ(std::memcmp(got.data(), want[j].data(), got.size() * 4), 0)
+                    << rows[j] << " rows in group " << gi << ", round " << round;
+            }
+        }
+}
+
 TEST(CudaFloatMatvecMany, RejectsMixedShapesAndTooManyProducts) {
     const FloatMatrix a{GgmlType::F16, nullptr, 8, 64}, b{GgmlType::F16, nullptr, 8, 128},
         c{GgmlType::F32, nullptr, 8, 64};

@@ -298,17 +298,27 @@ void run_with_scratch(const FloatMatrix &w, const Plan &p, const Slots &sl, cons
         stream);
 }
 
+// A product's partial sums in a scratch (float_mma.h's or the thread kernel's plan); its
+// counters come before them.
+size_t partial_bytes_of(const FloatMatrix &w) {
+    return float_uses_mma(w) ? float_mma_partial_bytes(w) : partial_bytes(w, plan(w), 1);
+}
+
 }  // namespace
 
 size_t float_matvec_scratch_bytes(const FloatMatrix &w) {
-    return float_uses_mma(w) ? float_mma_scratch_bytes(w) : scratch_bytes(w, plan(w), 1);
+    const size_t partial = partial_bytes_of(w);
+    return partial > 0 ? kFloatMatvecCounterBytes + partial : 0;
 }
 
 void matvec_float(const FloatMatrix &w, const float *x, float *y, void *scratch,
                   cudaStream_t stream) {
     if (w.n_rows == 0) return;
     if (float_uses_mma(w)) {
-        const FloatMmaProduct one{w, y, scratch};
+        char *sc = static_cast<char *>(scratch);
+        const FloatMmaProduct one{
+            w, y, reinterpret_cast<unsigned *>(sc),
+            sc ? reinterpret_cast<double *>(sc + kFloatMatvecCounterBytes) : nullptr};
         float_mma_matvec(&one, 1, x, stream);
         return;
     }
@@ -342,8 +352,8 @@ void check_many(const FloatProduct *products, int n) {
 
 size_t float_matvec_many_scratch_bytes(const FloatProduct *products, int n) {
     check_many(products, n);
-    size_t bytes = 0;
-    for (int j = 0; j < n; ++j) bytes += float_matvec_scratch_bytes(products[j].w);
+    size_t bytes = kMaxFloatProducts * kFloatMatvecCounterBytes;
+    for (int j = 0; j < n; ++j) bytes += partial_bytes_of(products[j].w);
     return bytes;
 }
 
@@ -351,8 +361,11 @@ void matvec_float_many(const FloatProduct *products, int n, const float *x, void
                        size_t scratch_bytes_given, cudaStream_t stream) {
     if (float_matvec_many_scratch_bytes(products, n) > scratch_bytes_given)
         throw ds4::Error("matvec_float_many: the scratch is smaller than these products need");
-    // Each product's scratch in product order; those of float_uses_mma go to float_mma_matvec
-    // (a launch of their own), the others to one launch of the thread kernel.
+    // Product j's counters are the j-th of kMaxFloatProducts fixed regions, the partial sums
+    // follow them in product order: a group's partial sums never land where another group (of
+    // other matrices, whose sums take other lengths) keeps its counters, which stay zero between
+    // launches. Those of float_uses_mma go to float_mma_matvec (a launch of their own), the
+    // others to one launch of the thread kernel.
     FloatMmaProduct mma[kMaxFloatProducts];
     bool on_mma[kMaxFloatProducts];
     int n_mma = 0;
@@ -366,12 +379,15 @@ void matvec_float_many(const FloatProduct *products, int n, const float *x, void
     }
     const int r = decode_rows_per_group(row_groups);
     unsigned blocks = 0;
-    char *free = static_cast<char *>(scratch);
+    char *const counters = static_cast<char *>(scratch);
+    char *free = counters + kMaxFloatProducts * kFloatMatvecCounterBytes;
     for (int j = 0; j < n; ++j) {
         const FloatMatrix &w = products[j].w;
+        unsigned *own_counters =
+            reinterpret_cast<unsigned *>(counters + j * kFloatMatvecCounterBytes);
         if (on_mma[j]) {
-            mma[n_mma++] = {w, products[j].y, free};
-            free += float_mma_scratch_bytes(w);
+            mma[n_mma++] = {w, products[j].y, own_counters, reinterpret_cast<double *>(free)};
+            free += float_mma_partial_bytes(w);
             continue;
         }
         const Plan p = plan(w);  // matvec_float's plan: the same split, the same bits
@@ -386,10 +402,10 @@ void matvec_float_many(const FloatProduct *products, int n, const float *x, void
         mp.n_bx[i] = unsigned((w.n_rows + kThreads / tpr * r - 1) / (kThreads / tpr * r));
         mp.first_block[i] = blocks;
         blocks += mp.n_bx[i] * mp.split[i];
-        if (p.split > 1) {  // its own counters and partial sums (scratch_bytes' layout)
-            mp.counters[i] = reinterpret_cast<unsigned *>(free);
-            mp.partial[i] = reinterpret_cast<double *>(free + kFloatMatvecCounterBytes);
-            free += scratch_bytes(w, p, 1);
+        if (p.split > 1) {  // its own counters and partial sums
+            mp.counters[i] = own_counters;
+            mp.partial[i] = reinterpret_cast<double *>(free);
+            free += partial_bytes(w, p, 1);
         }
     }
     mp.first_block[mp.n] = blocks;

@@ -55,8 +55,9 @@ void matvec_float_experts(const FloatMatrix &w, const int32_t *ids, int n_ids, c
 // Several products of one activation x (a decode step's compressor and indexer projections of
 // one normed input): one launch, each y the bits matvec_float gives it (each matrix keeps its
 // own plan: the same split of k, the same blocks). At most kMaxFloatProducts, all of one type and
-// k; scratch: at least float_matvec_many_scratch_bytes (the split matrices' counters and partial
-// sums, counters zero before the first launch and left zero).
+// k; scratch: at least float_matvec_many_scratch_bytes: kMaxFloatProducts fixed counter regions
+// (product j's the j-th, whatever the group, so that no group's partial sums land on another's
+// counters; zero before the first launch and left zero), then the split matrices' partial sums.
 constexpr int kMaxFloatProducts = 8;
 struct FloatProduct {
     FloatMatrix w;

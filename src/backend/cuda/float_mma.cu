@@ -21,15 +21,6 @@ int64_t decode_blocks(const FloatSpans &sp) {
     return (decode_warps(sp) + kDecodeWarpsPerBlock - 1) / kDecodeWarpsPerBlock;
 }
 
-// A split matrix's scratch: a counter a row tile (kFloatMatvecCounterBytes of them), then its
-// spans' sums, a row's spans together.
-size_t decode_scratch_bytes(const FloatMatrix &w) {
-    const FloatSpans sp = float_spans(w.n_rows, w.k);
-    if (sp.spans == 1) return 0;
-    return kFloatMatvecCounterBytes +
-           size_t(sp.row_tiles) * kFloatTileRows * size_t(sp.spans) * sizeof(double);
-}
-
 struct DecodeProduct {
     const void *w;
     float *y;
@@ -114,8 +105,11 @@ bool float_uses_mma(const FloatMatrix &w) {
     return float_mma_enabled() && w.n_rows >= kFloatMmaMinRows && w.n_rows <= kFloatMmaMaxRows;
 }
 
-size_t float_mma_scratch_bytes(const FloatMatrix &w) {
-    return decode_scratch_bytes(w);
+size_t float_mma_partial_bytes(const FloatMatrix &w) {  // a row's spans' sums together
+    const FloatSpans sp = float_spans(w.n_rows, w.k);
+    return sp.spans == 1
+               ? 0
+               : size_t(sp.row_tiles) * kFloatTileRows * size_t(sp.spans) * sizeof(double);
 }
 
 void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cudaStream_t stream) {
@@ -128,14 +122,10 @@ void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cu
         const FloatSpans sp = float_spans(w.n_rows, w.k);
         if (sp.spans > 1 && size_t(sp.row_tiles) * sizeof(unsigned) > kFloatMatvecCounterBytes)
             throw ds4::Error("matvec_float: more split row tiles than counters");
-        if (sp.spans > 1 && !products[j].scratch)
+        if (sp.spans > 1 && (!products[j].counters || !products[j].partial))
             throw ds4::Error("matvec_float: this matrix needs scratch");
-        char *scratch = static_cast<char *>(products[j].scratch);
-        ps.p[ps.n] = {w.data, products[j].y, nullptr, nullptr, w.n_rows, sp};
-        if (sp.spans > 1) {  // counters, then the spans' sums (decode_scratch_bytes' layout)
-            ps.p[ps.n].counters = reinterpret_cast<unsigned *>(scratch);
-            ps.p[ps.n].partial = reinterpret_cast<double *>(scratch + kFloatMatvecCounterBytes);
-        }
+        ps.p[ps.n] = {w.data, products[j].y, products[j].partial, products[j].counters, w.n_rows,
+                      sp};
         ps.first_block[ps.n++] = blocks;
         blocks += unsigned(decode_blocks(sp));
     }

@@ -19,13 +19,16 @@ constexpr int64_t kFloatMmaMinRows = 256, kFloatMmaMaxRows = 4096;
 
 bool float_uses_mma(const FloatMatrix &w);
 
-// One token's scratch (counters, then the spans' sums; the counters zero before and left zero).
-size_t float_mma_scratch_bytes(const FloatMatrix &w);
+// One token's spans' sums (0 when the matrix has one span: it needs no scratch). A split
+// matrix also needs kFloatMatvecCounterBytes of arrival counters (a counter a row tile), zero
+// before and left zero.
+size_t float_mma_partial_bytes(const FloatMatrix &w);
 
 struct FloatMmaProduct {
     FloatMatrix w;
     float *y = nullptr;
-    void *scratch = nullptr;  // float_mma_scratch_bytes(w), its own
+    unsigned *counters = nullptr;  // with float_mma_partial_bytes(w) > 0: its own, and
+    double *partial = nullptr;     // float_mma_partial_bytes(w) of its own
 };
 // Products of one x (one launch; all of one type and k).
 void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cudaStream_t stream);

@@ -222,8 +222,10 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
         t.q8k_d = device_array<float>(act / 256 + 1);
         t.q8k_bsums = device_array<int16_t>(act / 16 + 1);
         t.floats = cuda::DeviceBuffer(std::max<size_t>(m_.float_scratch_bytes(), 16));
-        // A group of products needs at most each one's scratch (float_matvec_many_scratch_bytes).
-        t.floats_many = cuda::DeviceBuffer(t.floats.bytes() * cuda::kMaxFloatProducts);
+        // A group of products needs its fixed counter regions and at most each one's partial
+        // sums (float_matvec_many_scratch_bytes).
+        t.floats_many = cuda::DeviceBuffer(cuda::kMaxFloatProducts *
+                                           (cuda::kFloatMatvecCounterBytes + t.floats.bytes()));
         // The split products' arrival counters start at zero (float_matvec.h).
         DS4_CUDA_CHECK(cudaMemset(t.floats.get(), 0, t.floats.bytes()));
         DS4_CUDA_CHECK(cudaMemset(t.floats_many.get(), 0, t.floats_many.bytes()));
