@@ -13,10 +13,12 @@
 #include <cmath>
 #include <cstring>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/float_matvec.h"
+#include "backend/cuda/float_mma.h"
 #include "common/error.h"
 #include "cuda_test_util.h"
 #include "quant/quant.h"
@@ -291,6 +293,56 @@ TEST(CudaFloatMatvecMany, GroupsOfOtherMatricesShareOneScratch) {
                     << rows[j] << " rows in group " << gi << ", round " << round;
             }
         }
+}
+
+// The order float_chain.cuh copies: one mma.sync m8n8k4 .f64 step adds its four products to the
+// accumulator one after another in k order, each addition rounded, d = (((c + a0 b0) + a1 b1) +
+// a2 b2) + a3 b3. Float-valued operands (their products exact in double, as in the float
+// products) of magnitudes 2^-12..2^12, a third of the tiles with C near -A B (cancellation, where
+// other orders and a single rounding differ), compared bit for bit with that chain on the host.
+TEST(CudaFloatMma, AStepAddsItsProductsInKOrder) {
+    DS4_REQUIRE_CUDA_DEVICE();
+    constexpr int kTiles = 4096;
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> exponent(-12, 12);
+    const auto value = [&](bool wide) {
+        return double(std::ldexp(unit(rng), wide ? exponent(rng) : 0));
+    };
+    std::vector<double> a(size_t(kTiles) * 32), b(size_t(kTiles) * 32), c(size_t(kTiles) * 64);
+    for (int t = 0; t < kTiles; ++t) {
+        const bool wide = t % 2 == 1;
+        for (int i = 0; i < 32; ++i)
+            a[size_t(t * 32 + i)] = value(wide), b[size_t(t * 32 + i)] = value(wide);
+        for (int g = 0; g < 8; ++g)
+            for (int n = 0; n < 8; ++n) {
+                double ab = 0.0;
+                for (int q = 0; q < 4; ++q)
+                    ab += a[size_t(t * 32 + g * 4 + q)] * b[size_t(t * 32 + q * 8 + n)];
+                c[size_t(t * 64 + g * 8 + n)] =
+                    t % 3 == 0 ? -ab * (1 + 0x1p-30) : value(wide) * value(wide);
+            }
+    }
+    const DeviceBuffer da = to_device(a), db = to_device(b), dc = to_device(c);
+    DeviceBuffer dd(c.size() * sizeof(double));
+    float_mma_step(da.as<double>(), db.as<double>(), dc.as<double>(), dd.as<double>(), kTiles,
+                   nullptr);
+    DS4_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = to_host<double>(dd, c.size());
+    int64_t differ = 0;
+    for (int t = 0; t < kTiles; ++t)
+        for (int g = 0; g < 8; ++g)
+            for (int n = 0; n < 8; ++n) {
+                volatile double d = c[size_t(t * 64 + g * 8 + n)];
+                for (int q = 0; q < 4; ++q) {
+                    const volatile double p =
+                        a[size_t(t * 32 + g * 4 + q)] * b[size_t(t * 32 + q * 8 + n)];
+                    d = d + p;  // p is exact: this is the one rounding of the addition
+                }
+                const double want = d, have = got[size_t(t * 64 + g * 8 + n)];
+                differ += std::memcmp(&want, &have, sizeof(double)) != 0;
+            }
+    EXPECT_EQ(differ, 0) << "outputs of " << kTiles * 64 << " not the k-order chain's";
 }
 
 TEST(CudaFloatMatvecMany, RejectsMixedShapesAndTooManyProducts) {

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/float_chain.cuh"
 #include "backend/cuda/float_mma.cuh"
 #include "backend/cuda/float_mma.h"
 #include "backend/cuda/launch.cuh"
@@ -28,6 +29,7 @@ struct DecodeProduct {
     unsigned *counters;
     int64_t n_rows;
     FloatSpans sp;
+    ChainGrid grid;  // float_chain_decode_kernel's blocks
 };
 
 // Products j = 0..n-1 of one x (one when called by matvec_float), each its own blocks from
@@ -38,18 +40,73 @@ struct DecodeProducts {
     int n;
 };
 
+// The product this block computes.
+__device__ __forceinline__ int product_of_block(const DecodeProducts &ps) {
+    int j = 0;
+    while (j + 1 < ps.n && blockIdx.x >= ps.first_block[j + 1]) ++j;
+    return j;
+}
+
 template <GgmlType T>
 __global__ void __launch_bounds__(kDecodeThreads)
     float_mma_decode_kernel(const __grid_constant__ DecodeProducts ps, int64_t k,
                             const float *__restrict__ x) {
     dev::wait_for_previous_kernels();
-    int j = 0;
-    while (j + 1 < ps.n && blockIdx.x >= ps.first_block[j + 1]) ++j;
+    const int j = product_of_block(ps);
     const DecodeProduct &p = ps.p[j];
     const int64_t warp =
         int64_t(blockIdx.x - ps.first_block[j]) * kDecodeWarpsPerBlock + threadIdx.x / 32;
     if (warp >= decode_warps(p.sp)) return;  // the whole warp
     dev::float_mma_decode_warp<T>(p.w, p.n_rows, k, p.sp, warp, x, p.y, p.partial, p.counters);
+}
+
+// ---- one token on the thread cores: float_chain.cuh, the same bits ----
+
+// Block (row group, span group) of product j: warp i follows span 2 * group + i of 32 rows.
+template <GgmlType T>
+__global__ void __launch_bounds__(kChainThreads)
+    float_chain_decode_kernel(const __grid_constant__ DecodeProducts ps, int64_t k,
+                              const float *__restrict__ x) {
+    dev::wait_for_previous_kernels();
+    const int j = product_of_block(ps);
+    const DecodeProduct &p = ps.p[j];
+    const int64_t local = blockIdx.x - ps.first_block[j];
+    const int64_t rg = local % p.grid.row_groups, sg = local / p.grid.row_groups;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t row = rg * kChainRows + lane, s = sg * kChainSpansPerBlock + warp;
+    if (s < p.sp.spans) {  // the whole warp
+        const double d = dev::float_chain_span<T>(p.w, p.n_rows, k, p.sp, row, s, x);
+        if (p.sp.spans == 1) {
+            if (row < p.n_rows) p.y[row] = static_cast<float>(d);
+        } else {
+            p.partial[row * p.sp.spans + s] = d;
+        }
+    }
+    if (p.sp.spans == 1) return;
+    // The threadfence reduction pattern: the sums are visible device-wide before the block's
+    // arrival is counted; the last block of the row group adds each row's spans in order.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(p.counters + rg, 1u) == unsigned(p.grid.span_groups - 1);
+    __syncthreads();
+    if (!last) return;
+    // The row group's sums are 32 rows' spans back to back: the block brings them into shared
+    // memory at once (coalesced, every load in flight; a row's spans padded by one double, so
+    // that lane r reading its row's span s hits another bank than its neighbours), then lane r
+    // adds its row's spans in order.
+    __shared__ double sums[kChainRows * (kFloatMaxSpans + 1)];
+    const int64_t S = p.sp.spans, base = rg * kChainRows * S;
+    for (int64_t i = threadIdx.x; i < kChainRows * S; i += kChainThreads)
+        sums[i / S * (S + 1) + i % S] = __ldcg(p.partial + base + i);
+    __syncthreads();
+    if (warp == 0 && row < p.n_rows) {
+        const double *q = sums + lane * (S + 1);
+        double v = q[0];
+        for (int64_t i = 1; i < S; ++i) v += q[i];
+        p.y[row] = static_cast<float>(v);
+    }
+    if (threadIdx.x == 0) p.counters[rg] = 0;
 }
 
 // ---- a batch: float_mma.cuh's tiles ----
@@ -102,17 +159,19 @@ void launch_batch(const FloatMatrix &w, const float *X, int64_t m, float *Y, cud
 }  // namespace
 
 bool float_uses_mma(const FloatMatrix &w) {
-    return float_mma_enabled() && w.n_rows >= kFloatMmaMinRows && w.n_rows <= kFloatMmaMaxRows;
+    if (!float_mma_enabled()) return false;
+    if (float_mma_every_shape()) return w.n_rows <= kFloatMmaEveryShapeMaxRows;
+    return w.n_rows >= kFloatMmaMinRows && w.n_rows <= kFloatMmaMaxRows;
 }
 
-size_t float_mma_partial_bytes(const FloatMatrix &w) {  // a row's spans' sums together
-    const FloatSpans sp = float_spans(w.n_rows, w.k);
-    return sp.spans == 1
-               ? 0
-               : size_t(sp.row_tiles) * kFloatTileRows * size_t(sp.spans) * sizeof(double);
+size_t float_mma_partial_bytes(const FloatMatrix &w) {
+    // A row's spans' sums together, rows padded to the chain's row groups (at least the tensor
+    // cores' row tiles).
+    return size_t(chain_partial_doubles(w.n_rows, float_spans(w.n_rows, w.k))) * sizeof(double);
 }
 
 void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cudaStream_t stream) {
+    const bool chain = float_chain_enabled();
     DecodeProducts ps{};
     unsigned blocks = 0;
     for (int j = 0; j < n; ++j) {
@@ -120,20 +179,27 @@ void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cu
         check_float_rows(w.k);
         if (w.n_rows == 0) continue;
         const FloatSpans sp = float_spans(w.n_rows, w.k);
-        if (sp.spans > 1 && size_t(sp.row_tiles) * sizeof(unsigned) > kFloatMatvecCounterBytes)
-            throw ds4::Error("matvec_float: more split row tiles than counters");
+        const ChainGrid grid = chain_grid(w.n_rows, sp);
+        const int64_t counters = chain ? grid.row_groups : sp.row_tiles;  // one a row group
+        if (sp.spans > 1 && size_t(counters) * sizeof(unsigned) > kFloatMatvecCounterBytes)
+            throw ds4::Error("matvec_float: more split row groups than counters");
         if (sp.spans > 1 && (!products[j].counters || !products[j].partial))
             throw ds4::Error("matvec_float: this matrix needs scratch");
         ps.p[ps.n] = {w.data, products[j].y, products[j].partial, products[j].counters, w.n_rows,
-                      sp};
+                      sp,     grid};
         ps.first_block[ps.n++] = blocks;
-        blocks += unsigned(decode_blocks(sp));
+        blocks += unsigned(chain ? grid.row_groups * grid.span_groups : decode_blocks(sp));
     }
     ps.first_block[ps.n] = blocks;
     if (blocks == 0) return;
     with_float_type(products[0].w.type, "matvec_float", [&](auto type) {
-        launch_kernel(float_mma_decode_kernel<decltype(type)::value>, blocks, kDecodeThreads, 0,
-                      stream, ps, products[0].w.k, x);
+        constexpr GgmlType T = decltype(type)::value;
+        if (chain)
+            launch_kernel(float_chain_decode_kernel<T>, blocks, kChainThreads, 0, stream, ps,
+                          products[0].w.k, x);
+        else
+            launch_kernel(float_mma_decode_kernel<T>, blocks, kDecodeThreads, 0, stream, ps,
+                          products[0].w.k, x);
     });
     DS4_CUDA_CHECK(cudaGetLastError());
 }
@@ -144,6 +210,28 @@ void float_mma_matmul(const FloatMatrix &w, const float *X, int64_t m, float *Y,
     if (m > 65535 * 16) throw ds4::Error("matmul_float: too many rows for one launch");
     with_float_type(w.type, "matmul_float",
                     [&](auto type) { launch_batch<decltype(type)::value>(w, X, m, Y, stream); });
+    DS4_CUDA_CHECK(cudaGetLastError());
+}
+
+namespace {
+
+__global__ void float_mma_step_kernel(const double *a, const double *b, const double *c, double *d,
+                                      int n) {
+    dev::wait_for_previous_kernels();
+    const int t = blockIdx.x, lane = threadIdx.x, g = lane / 4, q = lane % 4;
+    if (t >= n) return;
+    double acc[2] = {c[t * 64 + g * 8 + 2 * q], c[t * 64 + g * 8 + 2 * q + 1]};
+    dev::mma_f64(acc, a[t * 32 + g * 4 + q], b[t * 32 + q * 8 + g]);  // A[g][q], B[q][g]
+    d[t * 64 + g * 8 + 2 * q] = acc[0];
+    d[t * 64 + g * 8 + 2 * q + 1] = acc[1];
+}
+
+}  // namespace
+
+void float_mma_step(const double *a, const double *b, const double *c, double *d, int n,
+                    cudaStream_t stream) {
+    if (n <= 0) return;
+    launch_kernel(float_mma_step_kernel, unsigned(n), 32, 0, stream, a, b, c, d, n);
     DS4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -29,6 +29,17 @@ bool float_mma_enabled() {
     return on;
 }
 
+bool float_mma_every_shape() {
+    const char *v = std::getenv("DS4_CUDA_FLOAT_MMA");
+    static const bool all = v != nullptr && std::string(v) == "all";
+    return all;
+}
+
+bool float_chain_enabled() {
+    static const bool on = on_unless_zero("DS4_CUDA_FLOAT_CHAIN");
+    return on;
+}
+
 bool staged_q8_0_enabled() {
     static const bool on = on_unless_zero("DS4_CUDA_STAGED_Q8_0");
     return on;
