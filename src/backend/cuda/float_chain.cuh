@@ -1,6 +1,7 @@
 #pragma once
 // One token's float product in float_mma.cuh's order, on the thread cores: the same bits as the
-// tensor cores give it, at the latency of a thread kernel.
+// tensor cores give it, where a one-token mma step uses one of its eight columns and converts
+// every weight and activation to double in each warp.
 //
 // An mma.sync m8n8k4 .f64 step adds its four products to the accumulator one after another, in
 // k order, each addition rounded: d = (((d + a0 b0) + a1 b1) + a2 b2) + a3 b3 (measured on an
