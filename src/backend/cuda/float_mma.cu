@@ -91,19 +91,19 @@ __global__ void __launch_bounds__(kChainThreads)
     if (threadIdx.x == 0) last = atomicAdd(p.counters + rg, 1u) == unsigned(p.grid.span_groups - 1);
     __syncthreads();
     if (!last) return;
-    // The row group's sums are 32 rows' spans back to back: the block brings them into shared
-    // memory at once (coalesced, every load in flight; a row's spans padded by one double, so
-    // that lane r reading its row's span s hits another bank than its neighbours), then lane r
-    // adds its row's spans in order.
-    __shared__ double sums[kChainRows * (kFloatMaxSpans + 1)];
-    const int64_t S = p.sp.spans, base = rg * kChainRows * S;
-    for (int64_t i = threadIdx.x; i < kChainRows * S; i += kChainThreads)
-        sums[i / S * (S + 1) + i % S] = __ldcg(p.partial + base + i);
-    __syncthreads();
-    if (warp == 0 && row < p.n_rows) {
-        const double *q = sums + lane * (S + 1);
-        double v = q[0];
-        for (int64_t i = 1; i < S; ++i) v += q[i];
+    if (warp == 0 && row < p.n_rows) {  // lane r adds row r's spans in order
+        constexpr int kGather = 8;      // loads in flight
+        const double *q = p.partial + row * p.sp.spans;
+        double v = 0.0;
+        for (int64_t s0 = 0; s0 < p.sp.spans; s0 += kGather) {
+            double got[kGather];
+#pragma unroll
+            for (int i = 0; i < kGather; ++i)
+                got[i] = s0 + i < p.sp.spans ? __ldcg(q + s0 + i) : 0.0;
+#pragma unroll
+            for (int i = 0; i < kGather; ++i)
+                if (s0 + i < p.sp.spans) v = s0 + i == 0 ? got[i] : v + got[i];
+        }
         p.y[row] = static_cast<float>(v);
     }
     if (threadIdx.x == 0) p.counters[rg] = 0;
