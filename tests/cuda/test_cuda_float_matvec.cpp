@@ -295,11 +295,12 @@ TEST(CudaFloatMatvecMany, GroupsOfOtherMatricesShareOneScratch) {
         }
 }
 
-// The order float_chain.cuh copies: one mma.sync m8n8k4 .f64 step adds its four products to the
-// accumulator one after another in k order, each addition rounded, d = (((c + a0 b0) + a1 b1) +
-// a2 b2) + a3 b3. Float-valued operands (their products exact in double, as in the float
-// products) of magnitudes 2^-12..2^12, a third of the tiles with C near -A B (cancellation, where
-// other orders and a single rounding differ), compared bit for bit with that chain on the host.
+// The order a twin of float_mma.cuh must follow: one mma.sync m8n8k4 .f64 step adds its four
+// products to the accumulator one after another in k order, each addition rounded, d = (((c + a0
+// b0) + a1 b1) + a2 b2) + a3 b3. Float-valued operands (their products exact in double, as in the
+// float products) of magnitudes 2^-12..2^12, a third of the tiles with C near -A B (cancellation,
+// where other orders and a single rounding differ), compared bit for bit with that chain on the
+// host.
 TEST(CudaFloatMma, AStepAddsItsProductsInKOrder) {
     DS4_REQUIRE_CUDA_DEVICE();
     constexpr int kTiles = 4096;

@@ -2,7 +2,6 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/float_chain.cuh"
 #include "backend/cuda/float_mma.cuh"
 #include "backend/cuda/float_mma.h"
 #include "backend/cuda/launch.cuh"
@@ -29,7 +28,6 @@ struct DecodeProduct {
     unsigned *counters;
     int64_t n_rows;
     FloatSpans sp;
-    ChainGrid grid;  // float_chain_decode_kernel's blocks
 };
 
 // Products j = 0..n-1 of one x (one when called by matvec_float), each its own blocks from
@@ -58,55 +56,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
         int64_t(blockIdx.x - ps.first_block[j]) * kDecodeWarpsPerBlock + threadIdx.x / 32;
     if (warp >= decode_warps(p.sp)) return;  // the whole warp
     dev::float_mma_decode_warp<T>(p.w, p.n_rows, k, p.sp, warp, x, p.y, p.partial, p.counters);
-}
-
-// ---- one token on the thread cores: float_chain.cuh, the same bits ----
-
-// Block (row group, span group) of product j: warp i follows span 2 * group + i of 32 rows.
-template <GgmlType T>
-__global__ void __launch_bounds__(kChainThreads)
-    float_chain_decode_kernel(const __grid_constant__ DecodeProducts ps, int64_t k,
-                              const float *__restrict__ x) {
-    dev::wait_for_previous_kernels();
-    const int j = product_of_block(ps);
-    const DecodeProduct &p = ps.p[j];
-    const int64_t local = blockIdx.x - ps.first_block[j];
-    const int64_t rg = local % p.grid.row_groups, sg = local / p.grid.row_groups;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int64_t row = rg * kChainRows + lane, s = sg * kChainSpansPerBlock + warp;
-    if (s < p.sp.spans) {  // the whole warp
-        const double d = dev::float_chain_span<T>(p.w, p.n_rows, k, p.sp, row, s, x);
-        if (p.sp.spans == 1) {
-            if (row < p.n_rows) p.y[row] = static_cast<float>(d);
-        } else {
-            p.partial[row * p.sp.spans + s] = d;
-        }
-    }
-    if (p.sp.spans == 1) return;
-    // The threadfence reduction pattern: the sums are visible device-wide before the block's
-    // arrival is counted; the last block of the row group adds each row's spans in order.
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(p.counters + rg, 1u) == unsigned(p.grid.span_groups - 1);
-    __syncthreads();
-    if (!last) return;
-    if (warp == 0 && row < p.n_rows) {  // lane r adds row r's spans in order
-        constexpr int kGather = 8;      // loads in flight
-        const double *q = p.partial + row * p.sp.spans;
-        double v = 0.0;
-        for (int64_t s0 = 0; s0 < p.sp.spans; s0 += kGather) {
-            double got[kGather];
-#pragma unroll
-            for (int i = 0; i < kGather; ++i)
-                got[i] = s0 + i < p.sp.spans ? __ldcg(q + s0 + i) : 0.0;
-#pragma unroll
-            for (int i = 0; i < kGather; ++i)
-                if (s0 + i < p.sp.spans) v = s0 + i == 0 ? got[i] : v + got[i];
-        }
-        p.y[row] = static_cast<float>(v);
-    }
-    if (threadIdx.x == 0) p.counters[rg] = 0;
 }
 
 // ---- a batch: float_mma.cuh's tiles ----
@@ -164,14 +113,14 @@ bool float_uses_mma(const FloatMatrix &w) {
     return w.n_rows >= kFloatMmaMinRows && w.n_rows <= kFloatMmaMaxRows;
 }
 
-size_t float_mma_partial_bytes(const FloatMatrix &w) {
-    // A row's spans' sums together, rows padded to the chain's row groups (at least the tensor
-    // cores' row tiles).
-    return size_t(chain_partial_doubles(w.n_rows, float_spans(w.n_rows, w.k))) * sizeof(double);
+size_t float_mma_partial_bytes(const FloatMatrix &w) {  // a row's spans' sums together
+    const FloatSpans sp = float_spans(w.n_rows, w.k);
+    return sp.spans == 1
+               ? 0
+               : size_t(sp.row_tiles) * kFloatTileRows * size_t(sp.spans) * sizeof(double);
 }
 
 void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cudaStream_t stream) {
-    const bool chain = float_chain_enabled();
     DecodeProducts ps{};
     unsigned blocks = 0;
     for (int j = 0; j < n; ++j) {
@@ -179,27 +128,20 @@ void float_mma_matvec(const FloatMmaProduct *products, int n, const float *x, cu
         check_float_rows(w.k);
         if (w.n_rows == 0) continue;
         const FloatSpans sp = float_spans(w.n_rows, w.k);
-        const ChainGrid grid = chain_grid(w.n_rows, sp);
-        const int64_t counters = chain ? grid.row_groups : sp.row_tiles;  // one a row group
-        if (sp.spans > 1 && size_t(counters) * sizeof(unsigned) > kFloatMatvecCounterBytes)
-            throw ds4::Error("matvec_float: more split row groups than counters");
+        if (sp.spans > 1 && size_t(sp.row_tiles) * sizeof(unsigned) > kFloatMatvecCounterBytes)
+            throw ds4::Error("matvec_float: more split row tiles than counters");
         if (sp.spans > 1 && (!products[j].counters || !products[j].partial))
             throw ds4::Error("matvec_float: this matrix needs scratch");
         ps.p[ps.n] = {w.data, products[j].y, products[j].partial, products[j].counters, w.n_rows,
-                      sp,     grid};
+                      sp};
         ps.first_block[ps.n++] = blocks;
-        blocks += unsigned(chain ? grid.row_groups * grid.span_groups : decode_blocks(sp));
+        blocks += unsigned(decode_blocks(sp));
     }
     ps.first_block[ps.n] = blocks;
     if (blocks == 0) return;
     with_float_type(products[0].w.type, "matvec_float", [&](auto type) {
-        constexpr GgmlType T = decltype(type)::value;
-        if (chain)
-            launch_kernel(float_chain_decode_kernel<T>, blocks, kChainThreads, 0, stream, ps,
-                          products[0].w.k, x);
-        else
-            launch_kernel(float_mma_decode_kernel<T>, blocks, kDecodeThreads, 0, stream, ps,
-                          products[0].w.k, x);
+        launch_kernel(float_mma_decode_kernel<decltype(type)::value>, blocks, kDecodeThreads, 0,
+                      stream, ps, products[0].w.k, x);
     });
     DS4_CUDA_CHECK(cudaGetLastError());
 }

@@ -5,9 +5,7 @@
 // a function of the matrix's shape: rows enough to fill the batch's tiles (the compressors, the
 // indexer's compressor, the router of the published file); the hyper-connection mixers (24 rows
 // of 16,384) and other short matrices keep the thread kernels, whose one-token latency is lower.
-// DS4_CUDA_FLOAT_MMA=0 keeps every matrix on the thread kernels, for comparisons. One token's
-// product takes float_chain.cuh's kernel, the tensor cores' order on the thread cores
-// (DS4_CUDA_FLOAT_CHAIN=0: the tensor cores).
+// DS4_CUDA_FLOAT_MMA=0 keeps every matrix on the thread kernels, for comparisons.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -42,8 +40,9 @@ void float_mma_matmul(const FloatMatrix &w, const float *X, int64_t m, float *Y,
                       cudaStream_t stream);
 
 // One mma.sync m8n8k4 .f64 step for each of n tiles, D = C + A B (A 8 x 4 and B 4 x 8 row-major,
-// C and D 8 x 8; device memory): the order of additions that float_chain.cuh follows on the
-// thread cores is this instruction's, which a test checks on the device it runs on.
+// C and D 8 x 8; device memory), for the test that pins down the instruction's order of additions
+// (the four products added one after another in k order, each addition rounded): what a thread
+// kernel or a CPU twin must follow to give float_mma.cuh's bits.
 void float_mma_step(const double *a, const double *b, const double *c, double *d, int n,
                     cudaStream_t stream);
 

@@ -35,11 +35,6 @@ bool float_mma_every_shape() {
     return all;
 }
 
-bool float_chain_enabled() {
-    static const bool on = on_unless_zero("DS4_CUDA_FLOAT_CHAIN");
-    return on;
-}
-
 bool staged_q8_0_enabled() {
     static const bool on = on_unless_zero("DS4_CUDA_STAGED_Q8_0");
     return on;

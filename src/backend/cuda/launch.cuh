@@ -36,10 +36,6 @@ bool staged_q8_0_enabled();
 bool float_mma_enabled();
 // DS4_CUDA_FLOAT_MMA=all: every float matrix of up to 8,192 rows there, for comparisons.
 bool float_mma_every_shape();
-// One token's product of those matrices on the thread cores in the tensor cores' order
-// (float_chain.cuh; the same bits); DS4_CUDA_FLOAT_CHAIN=0 runs it on the tensor cores, for
-// comparisons.
-bool float_chain_enabled();
 
 // f(std::integral_constant<int, TPR>{}) for a kernel's threads per row, one of 256, 128, 64 or
 // 32 (anything else: 32): the matvecs pick TPR at run time and compile one kernel for each.
