@@ -39,8 +39,11 @@ size_t CpuState::payload_bytes() const {
 
 CpuOps::CpuOps(const model::HParams &hp, const model::ModelWeights &w,
                backend::cpu::ThreadPool &pool, experts::ExpertSource &experts, ForwardOptions opts,
-               uint32_t ctx, bool f16_rows)
-    : ctx_(hp, w, pool, experts, opts), cache_(hp, ctx, f16_rows), buffers_(opts.buffer_fill) {}
+               uint32_t ctx, bool f16_rows, LayerRange layers)
+    : ctx_(hp, w, pool, experts, opts),
+      cache_(hp, ctx, f16_rows, layers),
+      layers_(layers),
+      buffers_(opts.buffer_fill) {}
 
 void CpuOps::begin_batch(std::span<const int32_t> tokens) {
     // Decode after a prefill: the prefill chunk's buffers go back to the heap (a chunk's are
@@ -170,6 +173,10 @@ void CpuOps::read(const float *x, size_t n, float *host) {
     std::memcpy(host, x, n * sizeof(float));
 }
 
+void CpuOps::write(const float *host, size_t n, float *x) {
+    std::memcpy(x, host, n * sizeof(float));
+}
+
 std::shared_ptr<const BackendState> CpuOps::save() const {
     return std::make_shared<CpuState>(cache_);
 }
@@ -179,8 +186,7 @@ void CpuOps::write_state(std::ostream &out) const {
 }
 
 void CpuOps::read_state(std::istream &in, int64_t n_past) {
-    const bool f16 = cache_.layers.empty() || cache_.layers[0].raw.f16();
-    cache_ = read_kv_cache(in, ctx_.hp, cache_.ctx, f16, n_past);
+    cache_ = read_kv_cache(in, ctx_.hp, cache_.ctx, cache_.f16_rows, n_past, layers_);
 }
 
 void CpuOps::restore(const BackendState &state) {

@@ -33,8 +33,11 @@ struct CpuTail final : BackendState {
 
 class CpuOps final : public Ops {
   public:
+    // The attention state of `layers` only (default: every layer), for a stage of a session
+    // whose layers are split (runtime/layer_stages.h).
     CpuOps(const model::HParams &hp, const model::ModelWeights &w, backend::cpu::ThreadPool &pool,
-           experts::ExpertSource &experts, ForwardOptions opts, uint32_t ctx, bool f16_rows);
+           experts::ExpertSource &experts, ForwardOptions opts, uint32_t ctx, bool f16_rows,
+           LayerRange layers = {});
 
     uint32_t ctx() const override { return cache_.ctx; }
     int64_t n_past() const override { return cache_.n_past; }
@@ -58,6 +61,7 @@ class CpuOps final : public Ops {
     void swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp) override;
     void moe_sum(const float *slot_out, const float *shared, int64_t m, float *Y) override;
     void read(const float *x, size_t n, float *host) override;
+    void write(const float *host, size_t n, float *x) override;
 
     std::shared_ptr<const BackendState> save() const override;
     void restore(const BackendState &state) override;
@@ -70,6 +74,7 @@ class CpuOps final : public Ops {
   private:
     ForwardContext ctx_;
     KvCache cache_;
+    LayerRange layers_;
     std::vector<int32_t> tokens_;  // the current batch
     BatchBuffers buffers_;         // the current batch's buffers, their memory kept for the next
 };

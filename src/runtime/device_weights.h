@@ -15,6 +15,7 @@
 #include "model/hparams.h"
 #include "model/weights.h"
 #include "runtime/forward_options.h"
+#include "runtime/layer_range.h"
 #include "runtime/ops.h"
 
 namespace ds4::runtime {
@@ -57,9 +58,10 @@ class DeviceWeights {
   public:
     virtual ~DeviceWeights() = default;
     // A session's operations: its attention state for ctx positions (rows rounded to f16 or
-    // kept f32) and scratch for batches of up to max_batch tokens.
+    // kept f32) and scratch for batches of up to max_batch tokens; of the layers of `layers`
+    // only (default: every layer) for a stage of a split model (runtime/layer_stages.h).
     virtual std::unique_ptr<Ops> new_session(uint32_t ctx, bool f16_rows, ForwardOptions opts,
-                                             uint32_t max_batch) = 0;
+                                             uint32_t max_batch, LayerRange layers = {}) = 0;
     virtual uint64_t bytes() const = 0;  // device memory the weights take
     virtual std::string device_name() const = 0;
     // Streaming: the device tier's start-up lines and its statistics (none when resident).

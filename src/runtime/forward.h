@@ -10,14 +10,19 @@
 #include "model/hparams.h"
 #include "model/weights.h"
 #include "runtime/forward_options.h"
+#include "runtime/layer_stages.h"
 #include "runtime/ops.h"
 
 namespace ds4::runtime {
 
-// Evaluates `tokens` at positions ops.n_past().. and appends them; `logits` receives the logits
-// after the last one (n_vocab floats). Throws, before evaluating anything, for an empty batch,
-// an id outside the vocabulary or a batch that does not fit the context.
-void forward(Ops &ops, const model::HParams &hp, const model::ModelWeights &w,
+// Evaluates `tokens` at positions n_past().. and appends them; `logits` receives the logits
+// after the last one (n_vocab floats). Each stage runs its range of layers on its backend, in
+// order: the first embeds the tokens, each hands the token states (n x n_hc x n_embd floats) to
+// the next, the last applies the output head. The stages' ranges are consecutive and cover every
+// layer (LayerStages checks it); one stage is the whole model on one backend. Throws, before
+// evaluating anything, for an empty batch, an id outside the vocabulary or a batch that does not
+// fit the context.
+void forward(std::span<const Stage> stages, const model::HParams &hp, const model::ModelWeights &w,
              std::span<const int32_t> tokens, std::vector<float> &logits);
 
 }  // namespace ds4::runtime

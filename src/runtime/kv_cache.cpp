@@ -97,9 +97,11 @@ uint64_t layer_state_bytes(const model::HParams &hp, uint32_t il, uint64_t ring_
     return b;
 }
 
-KvCache::KvCache(const model::HParams &hp, uint32_t ctx_, bool f16_rows) : ctx(ctx_) {
+KvCache::KvCache(const model::HParams &hp, uint32_t ctx_, bool f16_rows_, LayerRange range)
+    : ctx(ctx_), f16_rows(f16_rows_) {
+    if (range == LayerRange{}) range = {0, hp.n_layer};
     layers.resize(hp.n_layer);
-    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    for (uint32_t il = range.begin; il < range.end; ++il) {
         LayerState &L = layers[il];
         L.raw = RowStore(hp.head_dim, f16_rows, hp.sliding_window);
         const uint32_t r = hp.compress_ratio[il];

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/hparams.h"
+#include "runtime/layer_range.h"
 
 namespace ds4::runtime {
 
@@ -71,12 +72,15 @@ uint64_t layer_state_bytes(const model::HParams &hp, uint32_t il, uint64_t ring_
 struct KvCache {
     uint32_t ctx = 0;    // positions the cache can hold
     int64_t n_past = 0;  // positions already evaluated
+    bool f16_rows =
+        true;  // the rows' format (also of a stage's cache whose first layers are empty)
     std::vector<LayerState> layers;
 
     KvCache() = default;
     // Allocates everything for `ctx` positions up front, so the memory reported at start is the
-    // memory used.
-    KvCache(const model::HParams &hp, uint32_t ctx, bool f16_rows);
+    // memory used. Only the layers of `range` get state (a stage of a split model); the others'
+    // stay empty (no rows, no windows). The default range is every layer.
+    KvCache(const model::HParams &hp, uint32_t ctx, bool f16_rows, LayerRange range = {});
     size_t bytes() const;
 };
 

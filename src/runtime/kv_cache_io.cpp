@@ -58,7 +58,7 @@ void write_kv_cache(std::ostream &out, const KvCache &cache) {
     state_io::put<uint32_t>(out, kStateVersion);
     state_io::put<uint32_t>(out, cache.ctx);
     state_io::put<uint32_t>(out, static_cast<uint32_t>(cache.layers.size()));
-    state_io::put<uint8_t>(out, cache.layers.empty() || cache.layers[0].raw.f16() ? 1 : 0);
+    state_io::put<uint8_t>(out, cache.f16_rows ? 1 : 0);
     state_io::put<int64_t>(out, cache.n_past);
     for (const LayerState &L : cache.layers) {
         write_store(out, L.raw);
@@ -70,7 +70,7 @@ void write_kv_cache(std::ostream &out, const KvCache &cache) {
 }
 
 KvCache read_kv_cache(std::istream &in, const model::HParams &hp, uint32_t ctx, bool f16_rows,
-                      int64_t n_past) {
+                      int64_t n_past, LayerRange range) {
     if (state_io::get<uint32_t>(in, "the magic") != kStateMagic)
         throw Error("session state: not an attention state (bad magic)");
     if (const uint32_t v = state_io::get<uint32_t>(in, "the version"); v != kStateVersion)
@@ -93,7 +93,7 @@ KvCache read_kv_cache(std::istream &in, const model::HParams &hp, uint32_t ctx, 
         throw Error(fmt::format("session state: {} positions, expected {} (context {})", past,
                                 n_past, saved_ctx));
     // Read into a fresh cache of this session's shape, so that a failure leaves the state as is.
-    KvCache next(hp, ctx, f16_rows);
+    KvCache next(hp, ctx, f16_rows, range);
     next.n_past = past;
     const uint64_t positions = uint64_t(past);
     for (uint32_t il = 0; il < n_layer; ++il) {

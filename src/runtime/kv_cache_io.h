@@ -21,7 +21,8 @@ void write_kv_cache(std::ostream &out, const KvCache &cache);
 // A fresh cache of `ctx` positions and this row format, read from `in`: every count and shape is
 // checked against the model and the cache (a state saved with a larger ctx, another row format
 // or another position count than n_past is refused), and ds4::Error names the first problem.
+// With a range, the state of a stage that holds those layers only (the others' stores empty).
 KvCache read_kv_cache(std::istream &in, const model::HParams &hp, uint32_t ctx, bool f16_rows,
-                      int64_t n_past);
+                      int64_t n_past, LayerRange range = {});
 
 }  // namespace ds4::runtime

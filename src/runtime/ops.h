@@ -101,6 +101,10 @@ class Ops {
     virtual void moe_sum(const float *slot_out, const float *shared, int64_t m, float *Y) = 0;
     // Copies n floats of a buffer to host memory (waits for the work that writes them).
     virtual void read(const float *x, size_t n, float *host) = 0;
+    // Copies n floats of host memory into a buffer of the current batch: the token states handed
+    // over from the stage that ran the layers before this one's (runtime/layer_stages.h). The
+    // host memory may be reused once write returns.
+    virtual void write(const float *host, size_t n, float *x) = 0;
 
     // Independent work, stated by the model order (a backend may run it beside the main line;
     // the defaults run every operation in order, as the CPU does): the operations between

@@ -29,6 +29,9 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
             "SSD streaming device tier of {} experts is below the floor of {} (one token's experts "
             "of one layer)",
             opts.streaming.device.experts, m->hp_.n_expert_used));
+    m->layer_ranges_ = split_layers(m->hp_.n_layer, opts.layer_starts);
+    if (m->layer_ranges_.size() > 1 && opts.backend == Backend::Cuda)
+        throw Error("a layer split on the CUDA backend is not supported yet");
     m->pool_ = std::make_unique<backend::cpu::ThreadPool>(opts.n_threads);
     if (opts.streaming.enabled) {
         m->streaming_ =
@@ -67,12 +70,18 @@ Session::Session(Model &model, const SessionOptions &opts)
     if (interval_ != 0 && max_points_ == 0)
         throw Error("rewind points every N tokens need room for at least one (max_rewind_points)");
     const bool f16 = opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0;
-    if (model.device())
-        ops_ = model.device()->new_session(opts.ctx, f16, opts.forward, chunk_);
-    else
-        ops_ = std::make_unique<CpuOps>(model.hparams(), model.weights(), model.pool(),
-                                        model.experts(), opts.forward, opts.ctx, f16);
-    points_[0] = {ops_->save_tail(), {}};
+    std::vector<Stage> stages;
+    for (const LayerRange &range : model.layer_ranges()) {
+        Stage &s = stages.emplace_back();
+        s.layers = range;
+        if (model.device())
+            s.ops = model.device()->new_session(opts.ctx, f16, opts.forward, chunk_, range);
+        else
+            s.ops = std::make_unique<CpuOps>(model.hparams(), model.weights(), model.pool(),
+                                             model.experts(), opts.forward, opts.ctx, f16, range);
+    }
+    stages_ = std::make_unique<LayerStages>(model.hparams(), std::move(stages), f16);
+    points_[0] = {stages_->save_tail(), {}};
 }
 
 uint64_t Session::kv_bytes_for(const model::HParams &hp, const SessionOptions &opts,
@@ -92,17 +101,17 @@ uint64_t Session::kv_bytes_for(const model::HParams &hp, const SessionOptions &o
 
 const std::vector<float> &Session::eval(std::span<const int32_t> tokens,
                                         const std::function<void(size_t, size_t)> &progress) {
-    if (tokens_.size() + tokens.size() > ops_->ctx())
-        throw Error(fmt::format(
-            "{} tokens do not fit: {} already in the context, {} new, context size {}",
-            tokens_.size() + tokens.size(), tokens_.size(), tokens.size(), ops_->ctx()));
+    if (tokens_.size() + tokens.size() > ctx())
+        throw Error(
+            fmt::format("{} tokens do not fit: {} already in the context, {} new, context size {}",
+                        tokens_.size() + tokens.size(), tokens_.size(), tokens.size(), ctx()));
     for (size_t i = 0; i < tokens.size();) {
         size_t n = std::min<size_t>(chunk_, tokens.size() - i);
         // A batch ends at each multiple of the rewind interval (the bits do not depend on
         // where batches end), where the point is taken.
         if (interval_) n = std::min<size_t>(n, interval_ - tokens_.size() % interval_);
         const std::span<const int32_t> batch = tokens.subspan(i, n);
-        forward(*ops_, model_.hparams(), model_.weights(), batch, logits_);
+        forward(stages_->stages(), model_.hparams(), model_.weights(), batch, logits_);
         tokens_.insert(tokens_.end(), batch.begin(), batch.end());
         i += n;
         if (interval_ && tokens_.size() % interval_ == 0) add_periodic_point();
@@ -112,7 +121,7 @@ const std::vector<float> &Session::eval(std::span<const int32_t> tokens,
 }
 
 void Session::restore(const Snapshot &s) {
-    ops_->restore(*s.state);
+    stages_->restore(*s.state);
     logits_ = s.logits;
     tokens_ = s.tokens;
     forget_history();
@@ -123,7 +132,7 @@ size_t Session::RewindPoint::bytes() const {
 }
 
 void Session::add_periodic_point() {
-    points_[tokens_.size()] = {ops_->save_tail(), logits_};
+    points_[tokens_.size()] = {stages_->save_tail(), logits_};
     if (points_.size() - 1 <= max_points_) return;
     // Too many: keep the multiples of twice the interval (position 0 among them).
     interval_ *= 2;
@@ -137,7 +146,7 @@ void Session::forget_history() {
 
 void Session::mark_rewind_point() {
     if (mark_ && mark_->first == tokens_.size()) return;
-    mark_.emplace(tokens_.size(), RewindPoint{ops_->save_tail(), logits_});
+    mark_.emplace(tokens_.size(), RewindPoint{stages_->save_tail(), logits_});
 }
 
 size_t Session::rewind_point(size_t n) const {
@@ -154,7 +163,7 @@ size_t Session::rewind(size_t n) {
     // attention state may hold more than the tokens say.
     if (p == tokens_.size() && p != 0) return p;
     const RewindPoint &point = mark_ && mark_->first == p ? mark_->second : points_.at(p);
-    ops_->rewind(*point.tail);
+    stages_->rewind(*point.tail);
     logits_ = point.logits;
     tokens_.resize(p);
     std::erase_if(points_, [&](const auto &q) { return q.first > p; });
@@ -206,7 +215,7 @@ void Session::write_state(std::ostream &out) const {
     state_io::put_bytes(out, tokens_.data(), tokens_.size() * sizeof(int32_t));
     state_io::put<uint64_t>(out, logits_.size());
     state_io::put_bytes(out, logits_.data(), logits_.size() * sizeof(float));
-    ops_->write_state(out);
+    stages_->write_state(out);
 }
 
 void Session::read_state(std::istream &in) {
@@ -244,7 +253,7 @@ void Session::read_state(std::istream &in) {
                                 n_tokens, n_tokens ? hp.n_vocab : 0));
     std::vector<float> logits(n_logits);
     state_io::get_bytes(in, logits.data(), logits.size() * sizeof(float), "the logits");
-    ops_->read_state(in, int64_t(n_tokens));
+    stages_->read_state(in, int64_t(n_tokens));
     tokens_ = std::move(tokens);
     logits_ = std::move(logits);
     forget_history();

@@ -20,6 +20,7 @@
 #include "runtime/device_weights.h"
 #include "runtime/expert_streaming.h"
 #include "runtime/forward_options.h"
+#include "runtime/layer_stages.h"
 #include "runtime/ops.h"
 
 namespace ds4::runtime {
@@ -32,6 +33,11 @@ struct ModelOptions {
     std::function<void(uint64_t, uint64_t)> upload_progress;
     // SSD streaming of the routed experts (expert_streaming.h); on CUDA through a device tier.
     StreamingModelOptions streaming;
+    // The layers split into consecutive ranges, each run by its own backend instance holding the
+    // attention state of its layers (runtime/layer_stages.h): the first layer of every range
+    // after the first, ascending (empty: one range). On the CPU a split gives the same bits as
+    // none (what the tests of the hand-over between ranges check).
+    std::vector<uint32_t> layer_starts;
 };
 
 class Model {
@@ -55,6 +61,8 @@ class Model {
     Backend backend() const { return device_ ? Backend::Cuda : Backend::Cpu; }
     // The device copy of the weights (null on the CPU backend).
     DeviceWeights *device() { return device_.get(); }
+    // The ranges of layers the sessions' backend instances run (one: the whole model).
+    const std::vector<LayerRange> &layer_ranges() const { return layer_ranges_; }
 
   private:
     Model() = default;
@@ -66,6 +74,7 @@ class Model {
     experts::ExpertSource *experts_ = nullptr;
     std::unique_ptr<experts::ExpertSource> resident_;
     std::unique_ptr<DeviceWeights> device_;
+    std::vector<LayerRange> layer_ranges_;
 };
 
 // The prefill batch a session takes when none is asked for: on the CPU a chunk of 256 keeps a
@@ -100,9 +109,9 @@ class Session {
                                    const std::function<void(size_t, size_t)> &progress = {});
     const std::vector<float> &logits() const { return logits_; }
     const std::vector<int32_t> &tokens() const { return tokens_; }
-    uint32_t ctx() const { return ops_->ctx(); }
+    uint32_t ctx() const { return stages_->ctx(); }
     uint32_t chunk() const { return chunk_; }
-    size_t kv_bytes() const { return ops_->kv_bytes(); }
+    size_t kv_bytes() const { return stages_->kv_bytes(); }
     // The bytes kv_bytes() will report for a session of `opts` over a model of `hp`, computed
     // without allocating, so that a context too large for the machine is refused beforehand.
     // The CUDA backend keeps rows as f32 values (of their f16 rounding when rows are rounded).
@@ -115,7 +124,7 @@ class Session {
         std::vector<float> logits;
         std::vector<int32_t> tokens;
     };
-    Snapshot save() const { return {ops_->save(), logits_, tokens_}; }
+    Snapshot save() const { return {stages_->save(), logits_, tokens_}; }
     void restore(const Snapshot &s);
 
     // The same state as bytes (the server's disk KV cache), and back. The format: u32 magic
@@ -159,7 +168,7 @@ class Session {
     void forget_history();  // after restore / read_state: only the point at 0 stays
 
     Model &model_;
-    std::unique_ptr<Ops> ops_;
+    std::unique_ptr<LayerStages> stages_;
     uint32_t chunk_;
     std::vector<float> logits_;
     std::vector<int32_t> tokens_;

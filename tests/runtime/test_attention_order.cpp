@@ -50,6 +50,7 @@ class RecordingOps final : public Ops {
     void swiglu(float *, const float *, int64_t, int64_t, float) override {}
     void moe_sum(const float *, const float *, int64_t, float *) override {}
     void read(const float *, size_t, float *) override {}
+    void write(const float *, size_t, float *) override {}
     std::shared_ptr<const BackendState> save() const override { return nullptr; }
     void restore(const BackendState &) override {}
     size_t kv_bytes() const override { return 0; }

@@ -94,8 +94,14 @@ cuda::DeviceBuffer compressor_window(size_t n, float fill) {
 }  // namespace
 
 CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardOptions opts,
-                 uint32_t max_batch)
-    : m_(model), hp_(model.hp()), ctx_(ctx), max_batch_(max_batch), f16_(f16_rows), opts_(opts) {
+                 uint32_t max_batch, LayerRange layers)
+    : m_(model),
+      hp_(model.hp()),
+      ctx_(ctx),
+      max_batch_(max_batch),
+      f16_(f16_rows),
+      opts_(opts),
+      layers_(layers == LayerRange{} ? LayerRange{0, model.hp().n_layer} : layers) {
     // A batch's tokens are a grid dimension of its launches (at most 65535 blocks).
     if (max_batch == 0 || max_batch > 65535)
         throw Error(fmt::format(
@@ -112,14 +118,15 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     const model::HParams &hp = hp_;
     const uint32_t D = hp.head_dim, I = hp.idx_head_dim;
 
-    // Attention state, allocated up front (kv_bytes() is what is used), as KvCache does.
+    // Attention state, allocated up front (kv_bytes() is what is used), as KvCache does: of
+    // this stage's layers only (the others' stay empty).
     kv_.resize(hp.n_layer);
     // A batch stores all its KV rows before any of its tokens attends: the ring holds the window
     // and the batch (the window a token sees is then never overwritten by a later token's row).
     ring_rows_ = int64_t(hp.sliding_window) + (max_batch > 1 ? int64_t(max_batch) : 0);
     size_t max_visible = hp.sliding_window;
     uint32_t max_comp = 0;
-    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    for (uint32_t il = layers_.begin; il < layers_.end; ++il) {
         LayerKv &L = kv_[il];
         L.raw = device_array<float>(size_t(ring_rows_) * D);
         const uint32_t r = hp.compress_ratio[il];
@@ -147,6 +154,11 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     positions_ = device_array<int64_t>(step_words() * max_batch);
     DS4_CUDA_CHECK(cudaMallocHost(&tokens_host_, max_batch * sizeof(int32_t)));
     DS4_CUDA_CHECK(cudaMallocHost(&positions_host_, positions_.bytes()));
+    // A later stage of a split model is handed its token states (write()).
+    if (layers_.begin > 0) {
+        handed_floats_ = size_t(max_batch) * hp.n_hc * hp.n_embd;
+        DS4_CUDA_CHECK(cudaMallocHost(&handed_host_, handed_floats_ * sizeof(float)));
+    }
     if (const char *g = std::getenv("DS4_CUDA_GRAPHS"); g && std::string(g) == "0")
         use_graphs_ = false;
     if (profile_.on()) use_graphs_ = false;  // events time launched kernels, not a graph's
@@ -154,6 +166,8 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
     // step is captured in segments between the layers' routers (cuda_ops.h), with no fork open
     // where one ends.
     if (model.expert_tier()) {
+        if (layers_.size() != hp.n_layer)
+            throw Error("SSD streaming of the routed experts with a layer split is not supported");
         for (uint32_t i = 0; i <= hp.n_layer; ++i)
             segments_.push_back(std::make_unique<DecodeGraph>());
         use_branches_ = false;
@@ -305,6 +319,7 @@ CudaOps::~CudaOps() {
                    segments_.size(), nodes, edges, segments_[0]->replays());
     }
     if (tokens_host_) cudaFreeHost(tokens_host_);
+    if (handed_host_) cudaFreeHost(handed_host_);
     if (ids_host_) cudaFreeHost(ids_host_);
     if (rounds_host_) cudaFreeHost(rounds_host_);
     if (positions_host_) cudaFreeHost(positions_host_);
@@ -1472,6 +1487,17 @@ void CudaOps::flush_moe_sum() {
     cuda::sum_slots(p.slots, int(hp_.n_expert_used), hp_.n_embd, p.shared, p.y, s_);
 }
 
+void CudaOps::write(const float *host, size_t n, float *x) {
+    if (n > handed_floats_)
+        throw Error(
+            fmt::format("internal: {} floats handed to a stage that takes {}", n, handed_floats_));
+    // As the tokens in begin_batch: the staging is free (the previous batch ended in read(),
+    // which waits for the stream), and a replayed step's captured copy reads it.
+    std::copy(host, host + n, handed_host_);
+    if (replaying(13, {reinterpret_cast<uintptr_t>(x), n})) return;
+    DS4_CUDA_CHECK(cudaMemcpyAsync(x, handed_host_, n * sizeof(float), cudaMemcpyHostToDevice, s_));
+}
+
 void CudaOps::read(const float *x, size_t n, float *host) {
     replaying(12, {reinterpret_cast<uintptr_t>(x), n});
     join_side_stream();
@@ -1502,9 +1528,10 @@ std::shared_ptr<const BackendState> CudaOps::save() const {
     for (uint32_t il = 0; il < kv_.size(); ++il) {
         const LayerKv &l = kv_[il];
         const uint32_t r = hp_.compress_ratio[il];
-        const size_t comp_rows = r ? size_t(n_past_) / r : 0;
+        const bool held = layers_.contains(il);  // another stage's layer is empty here
+        const size_t comp_rows = r && held ? size_t(n_past_) / r : 0;
         const size_t idx_rows = l.idx.bytes() ? comp_rows : 0;
-        st->payload += (raw_rows + comp_rows) * hp_.head_dim * elem +
+        st->payload += ((held ? raw_rows : 0) + comp_rows) * hp_.head_dim * elem +
                        idx_rows * hp_.idx_head_dim * elem + l.comp_kv.bytes() +
                        l.comp_score.bytes() + l.idx_kv.bytes() + l.idx_score.bytes();
         LayerKv &copy = st->layers.emplace_back();
@@ -1571,6 +1598,7 @@ std::shared_ptr<const BackendState> CudaOps::save_tail() const {
     const size_t window = size_t(hp_.sliding_window) * hp_.head_dim;
     for (uint32_t il = 0; il < kv_.size(); ++il) {
         LayerKv &copy = t->layers.emplace_back();
+        if (!layers_.contains(il)) continue;  // another stage's layer
         copy.raw = device_array<float>(window);
         copy_window_rows(copy.raw.as<float>(), il, false);
         t->payload += window * sizeof(float);
@@ -1592,7 +1620,7 @@ void CudaOps::rewind(const BackendState &tail) {
         throw Error("rewind: a rewind point of another backend or model");
     if (t->n_past > n_past_) throw Error("rewind: a point after the current position");
     n_past_ = t->n_past;
-    for (uint32_t il = 0; il < kv_.size(); ++il) {
+    for (uint32_t il = layers_.begin; il < layers_.end; ++il) {
         copy_window_rows(t->layers[il].raw.as<float>(), il, true);
         const auto src = window_buffers(t->layers[il]);
         const auto dst = window_buffers(kv_[il]);
@@ -1625,11 +1653,11 @@ void CudaOps::write_state(std::ostream &out) const {
     DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
     const int64_t D = hp_.head_dim, I = hp_.idx_head_dim, W = hp_.sliding_window;
     const int64_t first = std::max<int64_t>(0, n_past_ - W);
-    KvCache c(hp_, ctx_, f16_);
+    KvCache c(hp_, ctx_, f16_, layers_);
     c.n_past = n_past_;
     cuda::DeviceBuffer window = device_array<float>(size_t(W * D));
     std::vector<float> raw(size_t((n_past_ - first) * D)), comp, idx;
-    for (uint32_t il = 0; il < kv_.size(); ++il) {
+    for (uint32_t il = layers_.begin; il < layers_.end; ++il) {
         const LayerKv &k = kv_[il];
         LayerState &L = c.layers[il];
         copy_window_rows(window.as<float>(), il, false);
@@ -1660,14 +1688,14 @@ void CudaOps::write_state(std::ostream &out) const {
 
 void CudaOps::read_state(std::istream &in, int64_t n_past) {
     // Everything is read and checked before the device state changes.
-    const KvCache c = read_kv_cache(in, hp_, ctx_, f16_, n_past);
+    const KvCache c = read_kv_cache(in, hp_, ctx_, f16_, n_past, layers_);
     abort_step();
     const int64_t D = hp_.head_dim, I = hp_.idx_head_dim, W = hp_.sliding_window;
     n_past_ = n_past;
     const int64_t first = std::max<int64_t>(0, n_past_ - W);
     cuda::DeviceBuffer window = device_array<float>(size_t(W * D));
     std::vector<float> raw(size_t((n_past_ - first) * D)), rows;
-    for (uint32_t il = 0; il < kv_.size(); ++il) {
+    for (uint32_t il = layers_.begin; il < layers_.end; ++il) {
         LayerKv &k = kv_[il];
         const LayerState &L = c.layers[il];
         for (int64_t p = first; p < n_past_; ++p) L.raw.get(size_t(p % W), &raw[(p - first) * D]);

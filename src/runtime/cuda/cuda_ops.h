@@ -50,8 +50,10 @@ namespace ds4::runtime::cuda_backend {
 
 class CudaOps final : public Ops {
   public:
+    // The attention state of `layers` only (default: every layer) for a stage of a split model
+    // (runtime/layer_stages.h); a later stage takes its token states through write().
     CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardOptions opts,
-            uint32_t max_batch);
+            uint32_t max_batch, LayerRange layers = {});
     ~CudaOps() override;
     CudaOps(const CudaOps &) = delete;
     CudaOps &operator=(const CudaOps &) = delete;
@@ -82,6 +84,7 @@ class CudaOps final : public Ops {
     void swiglu(float *G, const float *U, int64_t m, int64_t n, float clamp) override;
     void moe_sum(const float *slot_out, const float *shared, int64_t m, float *Y) override;
     void read(const float *x, size_t n, float *host) override;
+    void write(const float *host, size_t n, float *x) override;
     // A one-token step runs a branch on its own stream with its own scratch (TokenScratch),
     // joined by the first operation after join_branch() (the attention core first enqueues its
     // compressors, which read the branch's products, on the branch). DS4_CUDA_BRANCHES=0 keeps
@@ -258,6 +261,7 @@ class CudaOps final : public Ops {
     const uint32_t ctx_, max_batch_;
     const bool f16_;
     const ForwardOptions opts_;
+    const LayerRange layers_;  // the layers whose attention state this session holds
     // s_: the stream operations enqueue on: main_, or branch_ between begin_branch() and
     // end_branch() (branch_start_ and branch_end_ order the two).
     cudaStream_t s_ = nullptr, main_ = nullptr, branch_ = nullptr;
@@ -299,6 +303,9 @@ class CudaOps final : public Ops {
     // Pinned host staging of the batch's tokens and positions: a captured copy reads it when the
     // graph runs.
     int32_t *tokens_host_ = nullptr;
+    // Pinned staging of the token states handed to a later stage (write()), and its size.
+    float *handed_host_ = nullptr;
+    size_t handed_floats_ = 0;
     int64_t *positions_host_ = nullptr;
     DecodeGraph graph_;
     // Streamed: the segments of a decode step (see the top), the one being captured or replayed,

@@ -329,11 +329,11 @@ const int32_t *DeviceModel::table(model::Tensor t) const {
 }
 
 std::unique_ptr<Ops> DeviceModel::new_session(uint32_t ctx, bool f16_rows, ForwardOptions opts,
-                                              uint32_t max_batch) {
+                                              uint32_t max_batch, LayerRange layers) {
     if (opts.llama_cpp_rounding)
         throw Error(
             "llama.cpp's rounding (a comparison mode) is available on the CPU backend only");
-    return std::make_unique<CudaOps>(*this, ctx, f16_rows, opts, max_batch);
+    return std::make_unique<CudaOps>(*this, ctx, f16_rows, opts, max_batch, layers);
 }
 
 }  // namespace cuda_backend

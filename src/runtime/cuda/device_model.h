@@ -44,7 +44,7 @@ class DeviceModel final : public DeviceWeights {
                 const DeviceStreaming *streaming = nullptr);
 
     std::unique_ptr<Ops> new_session(uint32_t ctx, bool f16_rows, ForwardOptions opts,
-                                     uint32_t max_batch) override;
+                                     uint32_t max_batch, LayerRange layers = {}) override;
     uint64_t bytes() const override { return bytes_; }
     std::string device_name() const override { return device_name_; }
     std::vector<std::string> tier_log() const override;
