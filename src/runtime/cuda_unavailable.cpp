@@ -6,9 +6,13 @@ namespace ds4::runtime {
 
 std::unique_ptr<DeviceWeights> upload_to_cuda(const model::HParams &, const model::ModelWeights &,
                                               const std::function<void(uint64_t, uint64_t)> &,
-                                              const DeviceStreaming *) {
+                                              const DeviceStreaming *, DeviceStage) {
     throw Error(
         "this build has no CUDA backend: configure with -DDS4_CUDA=ON on a machine with nvcc");
+}
+
+std::vector<CudaDeviceInfo> cuda_devices() {
+    return {};
 }
 
 }  // namespace ds4::runtime

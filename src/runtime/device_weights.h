@@ -79,13 +79,30 @@ class BackendUnavailable : public Error {
     using Error::Error;
 };
 
-// Copies the weights to the first CUDA device, the routed experts too unless `streaming` is
-// given (they then go through a device tier fed by streaming->host). Throws ds4::Error when this
-// build has no CUDA backend, no device or driver answers, or the weights (or the device tier's
-// floor, one token's experts of one layer) do not fit, saying how much is needed.
+// Where upload_to_cuda puts a model's weights: a device, and the layers whose weights go there
+// (a stage of a model split over several GPUs, runtime/layer_stages.h): the token embedding goes
+// with layer 0, the output head with the last layer. The default is every layer on device 0.
+struct DeviceStage {
+    int device = 0;
+    LayerRange layers;  // {} = every layer
+};
+
+// Copies the weights of `stage` to its CUDA device, the routed experts too unless `streaming`
+// is given (they then go through a device tier fed by streaming->host; every layer only).
+// Throws ds4::Error when this build has no CUDA backend, no device or driver answers, the device
+// does not exist, or the weights (or the device tier's floor, one token's experts of one layer)
+// do not fit, saying how much is needed.
 std::unique_ptr<DeviceWeights> upload_to_cuda(
     const model::HParams &hp, const model::ModelWeights &w,
     const std::function<void(uint64_t, uint64_t)> &progress,
-    const DeviceStreaming *streaming = nullptr);
+    const DeviceStreaming *streaming = nullptr, DeviceStage stage = {});
+
+// The CUDA devices this process sees, in ordinal order, with their memory now (empty when this
+// build has no CUDA backend or no device or driver answers).
+struct CudaDeviceInfo {
+    std::string name;
+    uint64_t free_bytes = 0, total_bytes = 0;
+};
+std::vector<CudaDeviceInfo> cuda_devices();
 
 }  // namespace ds4::runtime

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/forward.h"
+#include "runtime/gpu_placement.h"
 #include "runtime/state_io.h"
 
 namespace ds4::runtime {
@@ -30,8 +31,10 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
             "of one layer)",
             opts.streaming.device.experts, m->hp_.n_expert_used));
     m->layer_ranges_ = split_layers(m->hp_.n_layer, opts.layer_starts);
-    if (m->layer_ranges_.size() > 1 && opts.backend == Backend::Cuda)
-        throw Error("a layer split on the CUDA backend is not supported yet");
+    if (!opts.gpus.empty() && opts.backend != Backend::Cuda)
+        throw Error("a list of GPUs needs the CUDA backend");
+    if (m->layer_ranges_.size() > 1 && opts.streaming.enabled)
+        throw Error("SSD streaming of the routed experts with a layer split is not supported");
     m->pool_ = std::make_unique<backend::cpu::ThreadPool>(opts.n_threads);
     if (opts.streaming.enabled) {
         m->streaming_ =
@@ -41,20 +44,75 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
         m->resident_ = experts::make_resident_source(m->weights_);
         m->experts_ = m->resident_.get();
     }
-    if (opts.backend == Backend::Cuda) {
-        // Streaming: the cache above is the host tier; the device tier's budget comes along.
-        DeviceStreaming ds;
-        ds.host = m->experts_;
-        ds.budget = opts.streaming.device;
-        if (m->streaming_) ds.preload = m->streaming_->preloaded();
+    if (opts.backend == Backend::Cuda) m->upload(opts);
+    return m;
+}
+
+void Model::upload(const ModelOptions &opts) {
+    const std::vector<int> gpus = opts.gpus.empty() ? std::vector<int>{0} : opts.gpus;
+    for (int g : gpus)
+        if (g < 0) throw Error(fmt::format("GPU {}: device ordinals are 0 or more", g));
+    if (!opts.layer_starts.empty() && layer_ranges_.size() != gpus.size())
+        throw Error(fmt::format("{} ranges of layers for {} GPU(s): name one GPU per range",
+                                layer_ranges_.size(), gpus.size()));
+    if (opts.layer_starts.empty() && gpus.size() > 1) {
+        if (opts.streaming.enabled)
+            throw Error("SSD streaming of the routed experts over several GPUs is not supported");
+        // The ranges whose largest share of weights and attention state is smallest.
+        const GpuPlacement plan =
+            plan_gpu_placement(hp_, weights_, GpuSplit::Layers, uint32_t(gpus.size()),
+                               opts.plan_ctx, kCudaDefaultChunk);
+        layer_ranges_.clear();
+        for (const GpuShare &g : plan.gpus) layer_ranges_.push_back({g.first_layer, g.end_layer});
+        // Each device's free memory against the shares it gets (a device named twice holds
+        // both), before anything is uploaded.
+        const std::vector<CudaDeviceInfo> devices = cuda_devices();
+        bool known = !devices.empty();
+        for (int g : gpus) known = known && size_t(g) < devices.size();
+        if (known) {
+            GpuPlacement per_device = plan;
+            per_device.gpus.assign(devices.size(), GpuShare{});
+            for (size_t i = 0; i < gpus.size(); ++i) {
+                GpuShare &d = per_device.gpus[size_t(gpus[i])];
+                d.weight_bytes += plan.gpus[i].weight_bytes;
+                d.state_bytes += plan.gpus[i].state_bytes;
+            }
+            std::vector<uint64_t> free_bytes;
+            for (const CudaDeviceInfo &d : devices) free_bytes.push_back(d.free_bytes);
+            try {
+                check_placement_fits(per_device, free_bytes, kCudaSessionHeadroom);
+            } catch (const Error &e) {
+                throw BackendUnavailable(e.what());
+            }
+        }
+    }
+    // Streaming: the cache is the host tier; the device tier's budget comes along.
+    DeviceStreaming ds;
+    ds.host = experts_;
+    ds.budget = opts.streaming.device;
+    if (streaming_) ds.preload = streaming_->preloaded();
+    // One progress over every range: the bytes of the ranges uploaded before are added.
+    uint64_t before = 0;
+    const auto progress = [&](uint64_t done, uint64_t total) {
+        if (opts.upload_progress) opts.upload_progress(before + done, before + total);
+    };
+    for (size_t i = 0; i < layer_ranges_.size(); ++i) {
+        const LayerRange r = layer_ranges_[i];
         try {
-            m->device_ = upload_to_cuda(m->hp_, m->weights_, opts.upload_progress,
-                                        opts.streaming.enabled ? &ds : nullptr);
+            devices_.push_back(upload_to_cuda(
+                hp_, weights_, progress, opts.streaming.enabled ? &ds : nullptr, {gpus[i], r}));
         } catch (const Error &e) {
             throw BackendUnavailable(e.what());
         }
+        before += devices_.back()->bytes();
+        if (layer_ranges_.size() > 1)
+            placement_log_.push_back(
+                fmt::format("CUDA device {} ({}): layers {}-{}{}{}, {:.2f} GiB of weights", gpus[i],
+                            devices_.back()->device_name(), r.begin, r.end - 1,
+                            r.begin == 0 ? ", token embedding" : "",
+                            r.end == hp_.n_layer ? ", output head" : "",
+                            double(devices_.back()->bytes()) / (1024.0 * 1024.0 * 1024.0)));
     }
-    return m;
 }
 
 uint32_t default_chunk(Backend backend) {
@@ -75,7 +133,8 @@ Session::Session(Model &model, const SessionOptions &opts)
         Stage &s = stages.emplace_back();
         s.layers = range;
         if (model.device())
-            s.ops = model.device()->new_session(opts.ctx, f16, opts.forward, chunk_, range);
+            s.ops = model.device(stages.size() - 1)
+                        ->new_session(opts.ctx, f16, opts.forward, chunk_, range);
         else
             s.ops = std::make_unique<CpuOps>(model.hparams(), model.weights(), model.pool(),
                                              model.experts(), opts.forward, opts.ctx, f16, range);

@@ -35,9 +35,17 @@ struct ModelOptions {
     StreamingModelOptions streaming;
     // The layers split into consecutive ranges, each run by its own backend instance holding the
     // attention state of its layers (runtime/layer_stages.h): the first layer of every range
-    // after the first, ascending (empty: one range). On the CPU a split gives the same bits as
-    // none (what the tests of the hand-over between ranges check).
+    // after the first, ascending (empty: one range, or on CUDA the planned ranges for `gpus`).
+    // On the CPU a split gives the same bits as none (what the tests of the hand-over between
+    // ranges check).
     std::vector<uint32_t> layer_starts;
+    // CUDA: the devices (ordinals) the ranges of layers go to, one range each, in order (a model
+    // larger than one GPU over several, docs/MULTI_GPU.md). A device may be named more than
+    // once. Empty: device 0 alone. Without layer_starts the ranges are planned
+    // (runtime/gpu_placement.h) for sessions of `plan_ctx` positions, and a plan that does not
+    // fit the devices' free memory is refused before anything is uploaded.
+    std::vector<int> gpus;
+    uint32_t plan_ctx = 32768;
 };
 
 class Model {
@@ -58,14 +66,20 @@ class Model {
     experts::ExpertSource &experts() { return *experts_; }
     // The SSD streaming of the routed experts, or null when they are resident.
     ExpertStreaming *streaming() { return streaming_.get(); }
-    Backend backend() const { return device_ ? Backend::Cuda : Backend::Cpu; }
-    // The device copy of the weights (null on the CPU backend).
-    DeviceWeights *device() { return device_.get(); }
+    Backend backend() const { return devices_.empty() ? Backend::Cpu : Backend::Cuda; }
+    // The device copy of the weights (null on the CPU backend): of the first range of layers, and
+    // of each range (one per range of layer_ranges()).
+    DeviceWeights *device() { return devices_.empty() ? nullptr : devices_.front().get(); }
+    DeviceWeights *device(size_t range) { return devices_.at(range).get(); }
+    // The placement's start-up lines (which layers on which GPU; none for one range).
+    const std::vector<std::string> &placement_log() const { return placement_log_; }
     // The ranges of layers the sessions' backend instances run (one: the whole model).
     const std::vector<LayerRange> &layer_ranges() const { return layer_ranges_; }
 
   private:
     Model() = default;
+    // The CUDA backend: every range of layers to its device (ModelOptions::gpus).
+    void upload(const ModelOptions &opts);
     std::unique_ptr<gguf::File> file_;
     model::HParams hp_;
     model::ModelWeights weights_;
@@ -73,8 +87,9 @@ class Model {
     std::unique_ptr<ExpertStreaming> streaming_;  // owns the source experts_ points to
     experts::ExpertSource *experts_ = nullptr;
     std::unique_ptr<experts::ExpertSource> resident_;
-    std::unique_ptr<DeviceWeights> device_;
+    std::vector<std::unique_ptr<DeviceWeights>> devices_;  // one per range of layers
     std::vector<LayerRange> layer_ranges_;
+    std::vector<std::string> placement_log_;
 };
 
 // The prefill batch a session takes when none is asked for: on the CPU a chunk of 256 keeps a
@@ -82,6 +97,9 @@ class Model {
 // chunk, so longer chunks are faster there (docs/PERFORMANCE.md: 835 -> 915 tok/s at 1024 on an
 // H200) and cost ~90 MiB more of device scratch.
 inline constexpr uint32_t kCpuDefaultChunk = 256, kCudaDefaultChunk = 1024;
+// What a CUDA device needs besides the weights and the attention state when a placement over
+// several is checked: a session's batch scratch, the CUDA context (the upload keeps as much).
+inline constexpr uint64_t kCudaSessionHeadroom = uint64_t(2) << 30;
 uint32_t default_chunk(Backend backend);
 
 struct SessionOptions {

@@ -43,6 +43,7 @@ struct Options {
     std::string system = "You are a helpful assistant.";
     int threads = 0;
     ds4::runtime::Backend backend = ds4::runtime::Backend::Cpu;
+    ds4::tools::LayerPlacement placement;           // --gpus, --layer-split
     ds4::runtime::StreamingModelOptions streaming;  // --ssd-streaming*
     uint32_t ctx_start = 2048, ctx_max = 32768, ctx_alloc = 0, step_incr = 2048, gen_tokens = 128;
     uint32_t chunk = 0, runs = 1;  // chunk 0: the backend's (runtime::default_chunk)
@@ -126,9 +127,13 @@ int run(const Options &opt) {
     if (!opt.csv.empty()) ds4::tools::check_output_writable(opt.csv, "--csv");
 
     auto model = as_usage_error([&] {
-        return ds4::tools::load_model(
-            "ds4-bench", opt.model,
-            {.n_threads = opt.threads, .backend = opt.backend, .streaming = opt.streaming});
+        return ds4::tools::load_model("ds4-bench", opt.model,
+                                      {.n_threads = opt.threads,
+                                       .backend = opt.backend,
+                                       .streaming = opt.streaming,
+                                       .layer_starts = opt.placement.layer_starts,
+                                       .gpus = opt.placement.gpus,
+                                       .plan_ctx = std::max(opt.ctx_max, opt.ctx_alloc)});
     });
     fmt::print(stderr, "{}", ds4::tools::startup_line("ds4-bench", opt.model, *model));
     ds4::tools::print_ssd_streaming_startup("ds4-bench", *model);
@@ -251,6 +256,7 @@ int bench_main(int argc, char **argv) {
     if (use_metal)
         throw UsageError("the metal backend is not part of ds4cpp; use --backend cpu or cuda");
     opt.backend = backend.backend();
+    opt.placement = backend.placement();
     opt.streaming = ssd.options(opt.backend, opt.model);
     if (opt.streaming.enabled && opt.warm_weights)
         throw UsageError(

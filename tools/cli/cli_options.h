@@ -2,6 +2,7 @@
 // The ds4 CLI's options (docs/SURFACES.md 2.2), shared by the one-shot and interactive modes.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/device_weights.h"
 #include "runtime/expert_streaming.h"
@@ -18,6 +19,8 @@ struct Options {
     int64_t n_predict = 50000;
     int threads = 0;
     runtime::Backend backend = runtime::Backend::Cpu;
+    std::vector<int> gpus;                     // --gpus
+    std::vector<uint32_t> layer_starts;        // --layer-split
     runtime::StreamingModelOptions streaming;  // --ssd-streaming*
     uint32_t chunk = 0;                        // 0: the backend's (runtime::default_chunk)
     runtime::SamplerParams sampling;

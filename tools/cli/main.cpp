@@ -133,7 +133,10 @@ int run(Options opt, const Request &req) {
                                       {.n_threads = opt.threads,
                                        .strict = opt.strict,
                                        .backend = opt.backend,
-                                       .streaming = opt.streaming});
+                                       .streaming = opt.streaming,
+                                       .layer_starts = opt.layer_starts,
+                                       .gpus = opt.gpus,
+                                       .plan_ctx = opt.ctx});
     });
     fmt::print(stderr, "{}", ds4::tools::startup_line("ds4", opt.model, *model));
     ds4::tools::print_ssd_streaming_startup("ds4", *model);
@@ -302,6 +305,8 @@ int ds4_main(int argc, char **argv) {
     if (think + nothink + think_max > 1)
         throw UsageError("--think, --think-max and --nothink are exclusive");
     opt.backend = backend.backend();
+    opt.gpus = backend.placement().gpus;
+    opt.layer_starts = backend.placement().layer_starts;
     opt.streaming = ssd.options(opt.backend, opt.model);
     opt.think = nothink     ? ds4::tokenizer::ThinkMode::kNone
                 : think_max ? ds4::tokenizer::ThinkMode::kMax

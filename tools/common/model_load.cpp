@@ -89,8 +89,14 @@ std::unique_ptr<runtime::Model> load_model(const std::string &tool, const std::s
         meter.failed();
         throw;
     }
-    const runtime::DeviceWeights *dev = model->device();
-    meter.done(dev ? dev->bytes() : 0, dev ? dev->device_name() : "the CUDA device");
+    // Split over several devices: the bytes of every range, then which layers went where.
+    const size_t n_ranges = model->layer_ranges().size();
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n_ranges; ++i) bytes += model->device(i)->bytes();
+    meter.done(bytes, n_ranges > 1 ? fmt::format("{} ranges of layers on CUDA devices", n_ranges)
+                                   : model->device()->device_name());
+    for (const std::string &line : model->placement_log())
+        fmt::print(stderr, "{}: {}\n", tool, line);
     return model;
 }
 

@@ -238,6 +238,7 @@ int server_main(int argc, char **argv) {
         }
     } waiter_guard{waiter};
     const auto backend = opt.backend.backend();
+    const auto placement = opt.backend.placement();
     opt.threads = ds4::tools::resolve_threads(opt.threads, kTool);
     ds4::tools::check_simd_env();
     if (opt.host.empty()) throw UsageError("--host must not be empty");
@@ -270,7 +271,12 @@ int server_main(int argc, char **argv) {
     auto model = from_model_file(opt.model, [&] {
         return ds4::tools::load_model(
             kTool, opt.model,
-            {.n_threads = opt.threads, .backend = backend, .streaming = streaming});
+            {.n_threads = opt.threads,
+             .backend = backend,
+             .streaming = streaming,
+             .layer_starts = placement.layer_starts,
+             .gpus = placement.gpus,
+             .plan_ctx = uint32_t(std::min<uint64_t>(opt.ctx, UINT32_MAX))});
     });
     fmt::print(stderr, "{}", ds4::tools::startup_line(kTool, opt.model, *model));
     ds4::tools::print_ssd_streaming_startup(kTool, *model);

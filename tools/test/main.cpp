@@ -89,6 +89,8 @@ int test_main(int argc, char **argv) {
     if (prompt->count() + prompt_path->count() > 1)
         throw ds4::tools::UsageError("specify only one prompt source");
     opt.backend = backend.backend();
+    opt.gpus = backend.placement().gpus;
+    opt.layer_starts = backend.placement().layer_starts;
     opt.streaming = ssd.options(opt.backend, opt.model);
     opt.streaming.popularity_file.clear();  // per model, in TestEnv::load_model
     if (ssd.cache_dir_opt->count() > 0) opt.streaming_cache_dir = ssd.cache_dir;

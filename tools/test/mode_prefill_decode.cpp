@@ -1,5 +1,5 @@
-// --prefill-decode (docs/MODEL.md Appendix A.6): evaluating a prompt in batches and then decoding must
-// give exactly the logits of decoding every token one by one. The oracle is the token-by-token
+// --prefill-decode (docs/MODEL.md Appendix A.6): evaluating a prompt in batches and then decoding
+// must give exactly the logits of decoding every token one by one. The oracle is the token-by-token
 // run (chunk 1); every chunk size of model_boundaries() is compared with it, bit for bit, at
 // every prompt length around the model's boundaries and for a few decode steps after each.
 #include <fmt/format.h>

@@ -1,7 +1,7 @@
 #pragma once
-// The official DeepSeek V4 Flash logprob vectors (docs/SURFACES.md 4.2, tests/test-vectors/README.md):
-// official.vec, the prompts it names, and the usage.prompt_tokens of the raw API answers in
-// official/<id>.official.json beside it.
+// The official DeepSeek V4 Flash logprob vectors (docs/SURFACES.md 4.2,
+// tests/test-vectors/README.md): official.vec, the prompts it names, and the usage.prompt_tokens of
+// the raw API answers in official/<id>.official.json beside it.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,6 +37,7 @@ std::vector<VectorCase> read_official_vectors(const std::string &vec_path);
 inline constexpr const char *kKnownMismatchCase = "long_memory_archive";
 inline constexpr const char *kKnownMismatchReason =
     "skipped as by the reference engine: the public API and the official reference graph "
-    "disagree after the Hadamard+FP4 indexer change (docs/SURFACES.md 4.3); --known-mismatch-cases runs it";
+    "disagree after the Hadamard+FP4 indexer change (docs/SURFACES.md 4.3); --known-mismatch-cases "
+    "runs it";
 
 }  // namespace ds4::test

@@ -38,6 +38,10 @@ const std::string &TestEnv::consistency_model_path() {
 std::unique_ptr<runtime::Model> TestEnv::load_model(const std::string &path,
                                                     runtime::Backend backend) {
     runtime::ModelOptions mo{.n_threads = opts_.threads, .backend = backend};
+    if (backend == runtime::Backend::Cuda) {
+        mo.gpus = opts_.gpus;
+        mo.layer_starts = opts_.layer_starts;
+    }
     if (opts_.streaming.enabled && backend == runtime::Backend::Cpu) {
         mo.streaming = opts_.streaming;
         if (!opts_.streaming_cache_dir.empty())

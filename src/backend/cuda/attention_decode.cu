@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_f64.cuh"
+#include "backend/cuda/per_device.h"
 #include "backend/cuda/quantize_block.cuh"
 #include "backend/cuda/row_device.cuh"
 #include "common/error.h"
@@ -607,16 +608,16 @@ void attention_scores(const float *q, const float *rows, int64_t n_rows, int64_t
     // The staged kernel takes more shared memory than a static array may have: what d =
     // kStagedMaxD needs, or the device's opt-in limit where that is less (a larger d then takes
     // the register kernel).
-    static const size_t staged_smem_limit = [] {
-        int device = 0, optin = 0;
-        DS4_CUDA_CHECK(cudaGetDevice(&device));
-        DS4_CUDA_CHECK(
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    static PerDevice<size_t> staged_smem;
+    const size_t staged_smem_limit = staged_smem.get([] {
+        int optin = 0;
+        DS4_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                              current_device()));
         const size_t limit = std::min(staged_scores_smem(kStagedMaxD), size_t(optin));
         DS4_CUDA_CHECK(cudaFuncSetAttribute(
             scores_staged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
         return limit;
-    }();
+    });
     // One token wants many blocks (16 rows each) and all of their loads in flight; a batch has
     // blocks enough and reads q less often.
     if (tokens.n < 4 && d <= kStagedMaxD && staged_scores_smem(d) <= staged_smem_limit &&
@@ -647,12 +648,12 @@ void attention_mix(float *scores, const float *rows, int64_t n_rows, const float
     if (n_heads == 0) return;
     // A batch has blocks enough with whole heads; one token wants the dim slices.
     if (tokens.n >= 4 && d > 256 && d <= kBatchDims && d % 4 == 0) {
-        static const bool sized = [] {  // more shared memory than a static array may have
+        static PerDevice<bool> sized;  // more shared memory than a static array may have
+        sized.get([] {
             DS4_CUDA_CHECK(cudaFuncSetAttribute(
                 mix_batch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBatchSmem)));
             return true;
-        }();
-        (void)sized;
+        });
         constexpr int64_t kBlockHeads = kWarps / 2 * kBatchHeads;
         const dim3 grid(unsigned((n_heads + kBlockHeads - 1) / kBlockHeads), unsigned(tokens.n));
         launch_kernel(mix_batch_kernel, grid, kMixThreads, kBatchSmem, stream, scores, rows, n_rows,
@@ -661,13 +662,13 @@ void attention_mix(float *scores, const float *rows, int64_t n_rows, const float
         launch_mix<4, 2>(scores, rows, n_rows, sinks, scale, n_heads, d, o, stream, n_rows_dev,
                          tokens);
     } else if (tokens.n == 1 && d % 32 == 0 && staged_attention_enabled()) {
-        static const bool sized = [] {
+        static PerDevice<bool> sized;
+        sized.get([] {
             DS4_CUDA_CHECK(cudaFuncSetAttribute(mix_staged_kernel,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 int(kStagedMixSmem)));
             return true;
-        }();
-        (void)sized;
+        });
         const dim3 grid(unsigned((n_heads + kWarps - 1) / kWarps), unsigned(d / 32));
         launch_kernel(mix_staged_kernel, grid, kMixThreads, kStagedMixSmem, stream, scores, rows,
                       n_rows, sinks, scale, n_heads, d, o, n_rows_dev,

@@ -5,6 +5,7 @@
 #include "backend/cuda/float_mma.cuh"
 #include "backend/cuda/float_mma.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/per_device.h"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -74,10 +75,11 @@ struct BatchShape {
     static void launch(const FloatMatrix &w, const FloatSpans &sp, const float *X, int64_t m,
                        float *Y, cudaStream_t stream) {
         auto *kernel = float_mma_batch_kernel<T, WM, WN, TM, TN>;
-        static std::once_flag once;  // prefill only: never inside a graph capture
-        std::call_once(once, [kernel] {
+        static PerDevice<bool> sized;  // prefill only: never inside a graph capture
+        sized.get([kernel] {
             DS4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 int(Tile::kSmemBytes)));
+            return true;
         });
         const dim3 grid(unsigned((w.n_rows + Tile::kRows - 1) / Tile::kRows),
                         unsigned((m + Tile::kTokens - 1) / Tile::kTokens));

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/indexer_ops.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/per_device.h"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -297,13 +298,13 @@ void indexer_scores(const float *q, const float *w, float wscale, const float *r
         const auto launch_tiled = [&](auto rows_per_group) {
             constexpr int V = decltype(rows_per_group)::value;
             constexpr size_t kSmem = tiled_smem_floats<V>(kTiledMaxDim) * sizeof(float);
-            static const bool sized = [] {  // more shared memory than a static array may have
+            static PerDevice<bool> sized;  // more shared memory than a static array may have
+            sized.get([] {
                 DS4_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_tiled_kernel<V>,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     int(kSmem)));
                 return true;
-            }();
-            (void)sized;
+            });
             const int64_t tiles = (n_rows + 16 * V - 1) / (16 * V);
             const int64_t per_token = std::max<int64_t>(1, kScoreBlocks / tokens.n);
             const dim3 grid(unsigned(std::min(tiles, per_token)), unsigned(tokens.n));

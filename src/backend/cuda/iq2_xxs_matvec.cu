@@ -10,6 +10,7 @@
 #include "backend/cuda/expert_planes.h"
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/iq2_xxs_matvec.h"
+#include "backend/cuda/per_device.h"
 #include "common/error.h"
 #include "quant/blocks.h"
 #include "quant/iq2_tables.h"
@@ -32,8 +33,8 @@ __device__ uint64_t g_sign_masks[128];
 constexpr int kCopies = 16;
 
 void upload_tables_once() {
-    static std::once_flag once;
-    std::call_once(once, [] {
+    static PerDevice<bool> uploaded;  // __device__ tables: one copy per device
+    uploaded.get([] {
         for (int e = 0; e < 256; ++e)
             for (int j = 0; j < 8; ++j) {
                 const unsigned m = (quant::kIq2xxsGrid[e] >> (8 * j)) & 0xff;
@@ -48,6 +49,7 @@ void upload_tables_once() {
         }
         DS4_CUDA_CHECK(cudaMemcpyToSymbol(g_grid, quant::kIq2xxsGrid, sizeof(g_grid)));
         DS4_CUDA_CHECK(cudaMemcpyToSymbol(g_sign_masks, masks, sizeof(masks)));
+        return true;
     });
 }
 

@@ -5,6 +5,7 @@
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_s8.cuh"
+#include "backend/cuda/per_device.h"
 #include "backend/cuda/q8_0_matmul.h"
 #include "common/error.h"
 
@@ -233,11 +234,12 @@ void matmul_q8_0_mma(const Q8_0Matrix &w, int threads_per_row, const int8_t *xq,
     // published shape but k of 8,192, whose two passes read from memory).
     const int64_t stage = q8_0_stage_bytes(q8_0_mma_passes(w.k / kBlockValues, threads_per_row));
     if (staged_q8_0_enabled() && stage <= kMaxStagedBytes / 2) {
-        static std::once_flag once;  // prefill only: never inside a graph capture
-        std::call_once(once, [] {
+        static PerDevice<bool> sized;  // prefill only: never inside a graph capture
+        sized.get([] {
             DS4_CUDA_CHECK(cudaFuncSetAttribute(matmul_q8_0_mma_kernel<true>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 int(kMaxStagedBytes)));
+            return true;
         });
         launch_kernel(matmul_q8_0_mma_kernel<true>, grid, kThreads, size_t(stage), stream, w.qs,
                       w.d, w.n_rows, w.k, threads_per_row, xq, xd, y, n_tokens, x_stride, y_stride);

@@ -16,6 +16,7 @@
 #include "backend/cuda/indexer_ops.h"
 #include "backend/cuda/kv_ops.h"
 #include "backend/cuda/moe_ops.h"
+#include "backend/cuda/per_device.h"
 #include "backend/cuda/row_finish.h"
 #include "backend/cuda/token_io.h"
 #include "backend/cuda/vector_ops.h"
@@ -101,7 +102,14 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
       max_batch_(max_batch),
       f16_(f16_rows),
       opts_(opts),
-      layers_(layers == LayerRange{} ? LayerRange{0, model.hp().n_layer} : layers) {
+      layers_(layers == LayerRange{} ? LayerRange{0, model.hp().n_layer} : layers),
+      device_(model.device()) {
+    // Streams, events and buffers are made on the weights' device; the caller's is put back.
+    const cuda::DeviceScope scope(device_);
+    if (!(layers_.begin >= model.layers().begin && layers_.end <= model.layers().end))
+        throw Error(
+            fmt::format("internal: a session of layers [{}, {}) over weights of layers [{}, {})",
+                        layers_.begin, layers_.end, model.layers().begin, model.layers().end));
     // A batch's tokens are a grid dimension of its launches (at most 65535 blocks).
     if (max_batch == 0 || max_batch > 65535)
         throw Error(fmt::format(
@@ -300,6 +308,8 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
 }
 
 CudaOps::~CudaOps() {
+    // Everything is freed on the session's device (the members after this body too).
+    cudaSetDevice(device_);
     abort_step();
     profile_.report();
     // DS4_CUDA_GRAPH_NODES: how many kernels and copies one decode step is (the profile times
@@ -339,6 +349,8 @@ void CudaOps::join_side_stream() {
 }
 
 void CudaOps::abort_step() noexcept {
+    // Called by the model order for every stage of a failed step, each on its own device.
+    (void)cudaSetDevice(device_);
     // A capture's forked work must be joined before the capture can end: all of the branch's
     // (an exception may come in a branch, or while the attention core adds its compressors).
     if (in_branch_ || branch_open_) {
@@ -479,6 +491,9 @@ void CudaOps::settle_branch() {
 }
 
 void CudaOps::begin_batch(std::span<const int32_t> tokens) {
+    // The batch's operations run on this session's device (the model order runs one stage's
+    // batch, begin_batch to read, before the next stage's).
+    DS4_CUDA_CHECK(cudaSetDevice(device_));
     abort_step();  // a capture an exception left open (and what the last step tracked)
     if (tokens.size() > max_batch_)
         throw Error(fmt::format("CUDA backend: a batch of {} tokens exceeds the session's {}",
@@ -1516,6 +1531,7 @@ void CudaOps::read(const float *x, size_t n, float *host) {
 }
 
 std::shared_ptr<const BackendState> CudaOps::save() const {
+    const cuda::DeviceScope scope(device_);
     if (capturing()) throw Error("CUDA backend: save() during a step");
     // The state is copied on the main stream; a step that threw may have left branch work.
     DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
@@ -1544,6 +1560,7 @@ std::shared_ptr<const BackendState> CudaOps::save() const {
 }
 
 void CudaOps::restore(const BackendState &state) {
+    const cuda::DeviceScope scope(device_);
     abort_step();
     const auto *st = dynamic_cast<const CudaState *>(&state);
     if (st == nullptr || st->layers.size() != kv_.size())
@@ -1590,6 +1607,7 @@ void CudaOps::copy_window_rows(float *rows, uint32_t il, bool to_ring) const {
 }
 
 std::shared_ptr<const BackendState> CudaOps::save_tail() const {
+    const cuda::DeviceScope scope(device_);
     if (capturing()) throw Error("CUDA backend: save_tail() during a step");
     // The state is copied on the main stream; a step that threw may have left branch work.
     DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
@@ -1614,6 +1632,7 @@ std::shared_ptr<const BackendState> CudaOps::save_tail() const {
 }
 
 void CudaOps::rewind(const BackendState &tail) {
+    const cuda::DeviceScope scope(device_);
     abort_step();
     const auto *t = dynamic_cast<const CudaTail *>(&tail);
     if (t == nullptr || t->layers.size() != kv_.size())
@@ -1648,6 +1667,7 @@ void check_window(const cuda::DeviceBuffer &b, const std::vector<float> &host) {
 }  // namespace
 
 void CudaOps::write_state(std::ostream &out) const {
+    const cuda::DeviceScope scope(device_);
     if (capturing()) throw Error("CUDA backend: write_state() during a step");
     // The state is copied on the main stream; a step that threw may have left branch work.
     DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
@@ -1687,6 +1707,7 @@ void CudaOps::write_state(std::ostream &out) const {
 }
 
 void CudaOps::read_state(std::istream &in, int64_t n_past) {
+    const cuda::DeviceScope scope(device_);
     // Everything is read and checked before the device state changes.
     const KvCache c = read_kv_cache(in, hp_, ctx_, f16_, n_past, layers_);
     abort_step();

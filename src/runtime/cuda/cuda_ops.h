@@ -262,6 +262,7 @@ class CudaOps final : public Ops {
     const bool f16_;
     const ForwardOptions opts_;
     const LayerRange layers_;  // the layers whose attention state this session holds
+    const int device_;         // the CUDA device of its weights, where it runs
     // s_: the stream operations enqueue on: main_, or branch_ between begin_branch() and
     // end_branch() (branch_start_ and branch_end_ order the two).
     cudaStream_t s_ = nullptr, main_ = nullptr, branch_ = nullptr;

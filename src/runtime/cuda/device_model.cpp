@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/host_upload.h"
+#include "backend/cuda/per_device.h"
 #include "common/error.h"
 #include "quant/quant.h"
 #include "runtime/cuda/cuda_ops.h"
@@ -16,8 +17,24 @@ namespace ds4::runtime {
 
 std::unique_ptr<DeviceWeights> upload_to_cuda(
     const model::HParams &hp, const model::ModelWeights &w,
-    const std::function<void(uint64_t, uint64_t)> &progress, const DeviceStreaming *streaming) {
-    return std::make_unique<cuda_backend::DeviceModel>(hp, w, progress, streaming);
+    const std::function<void(uint64_t, uint64_t)> &progress, const DeviceStreaming *streaming,
+    DeviceStage stage) {
+    return std::make_unique<cuda_backend::DeviceModel>(hp, w, progress, streaming, stage);
+}
+
+std::vector<CudaDeviceInfo> cuda_devices() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) return {};
+    std::vector<CudaDeviceInfo> out;
+    for (int d = 0; d < n; ++d) {
+        const cuda::DeviceScope scope(d);
+        cudaDeviceProp prop{};
+        DS4_CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
+        size_t free_bytes = 0, total_bytes = 0;
+        DS4_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+        out.push_back({prop.name, free_bytes, total_bytes});
+    }
+    return out;
 }
 
 namespace cuda_backend {
@@ -109,16 +126,29 @@ uint64_t tier_slots(const DeviceStreaming &s, uint64_t n_total, uint64_t slot_by
 
 DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
                          const std::function<void(uint64_t, uint64_t)> &progress,
-                         const DeviceStreaming *streaming)
-    : hp_(hp), w_(w) {
+                         const DeviceStreaming *streaming, DeviceStage stage)
+    : hp_(hp),
+      w_(w),
+      device_(stage.device),
+      layers_(stage.layers == LayerRange{} ? LayerRange{0, hp.n_layer} : stage.layers) {
     if (streaming && !streaming->host)
         throw Error("CUDA expert streaming: no host tier to stream the experts from");
+    if (streaming && layers_.size() != hp.n_layer)
+        throw Error("SSD streaming of the routed experts with a layer split is not supported");
+    if (layers_.end > hp.n_layer || layers_.begin >= layers_.end)
+        throw Error(fmt::format("CUDA backend: layers [{}, {}) of a model of {}", layers_.begin,
+                                layers_.end, hp.n_layer));
     int n_devices = 0;
     if (const cudaError_t e = cudaGetDeviceCount(&n_devices); e != cudaSuccess || n_devices == 0)
         throw Error(fmt::format("no CUDA device: {}",
                                 e != cudaSuccess ? cudaGetErrorString(e) : "none found"));
+    if (device_ < 0 || device_ >= n_devices)
+        throw Error(fmt::format("CUDA device {} does not exist: this machine has {} (0 to {})",
+                                device_, n_devices, n_devices - 1));
+    // Everything below is allocated on the stage's device; the caller's device is put back.
+    const cuda::DeviceScope scope(device_);
     cudaDeviceProp prop{};
-    DS4_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    DS4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = prop.name;
 
     // What goes up, in the model's order: matrices, routed-expert tensors, vectors, tables.
@@ -127,7 +157,8 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
         for (model::Tensor t : ts)
             if (t) to.push_back(t);
     };
-    for (const model::LayerWeights &L : w.layers) {
+    for (uint32_t il = layers_.begin; il < layers_.end; ++il) {
+        const model::LayerWeights &L = w.layers[il];
         add(mats,
             {L.hc_attn_fn, L.attn_q_a, L.attn_q_b, L.attn_kv, L.attn_output_a, L.attn_output_b,
              L.comp_kv, L.comp_gate, L.idx_q_b, L.idx_proj, L.idx_comp_kv, L.idx_comp_gate,
@@ -138,12 +169,15 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
                    L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm, L.exp_probs_b});
         add(tables, {L.tid2eid});
     }
-    add(mats, {w.output_hc_fn, w.output});
-    add(vecs, {w.output_hc_scale, w.output_hc_base, w.output_norm});
-
+    // The output head with the last layer, the embedding with the first.
+    if (layers_.end == hp.n_layer) {
+        add(mats, {w.output_hc_fn, w.output});
+        add(vecs, {w.output_hc_scale, w.output_hc_base, w.output_norm});
+    }
+    const bool embeds = layers_.begin == 0;
     const bool embed_as_is =
         w.token_embd->type == GgmlType::F16 || w.token_embd->type == GgmlType::F32;
-    uint64_t need = device_bytes(w.token_embd, !embed_as_is);
+    uint64_t need = embeds ? device_bytes(w.token_embd, !embed_as_is) : 0;
     for (const auto *list : {&mats, &experts, &tables})
         for (model::Tensor t : *list) need += device_bytes(t, false);
     for (model::Tensor t : vecs) need += device_bytes(t, true);
@@ -160,14 +194,18 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
     }
     if (need + floor_bytes + margin > free_bytes)
         throw Error(fmt::format(
-            "the weights need {:.2f} GiB on the device{} (+{:.0f} GiB for sessions); {} has "
+            "the weights{} need {:.2f} GiB on the device{} (+{:.0f} GiB for sessions); {} has "
             "{:.2f} GiB free of {:.2f} GiB. {}",
+            layers_.size() == hp.n_layer
+                ? std::string()
+                : fmt::format(" of layers {}-{}", layers_.begin, layers_.end - 1),
             need / kGiB,
             streaming ? fmt::format(" with the routed experts streamed, +{:.2f} GiB for the "
                                     "device tier's floor of {} experts",
                                     floor_bytes / kGiB, hp.n_expert_used)
                       : std::string(),
-            margin / kGiB, device_name_, free_bytes / kGiB, total_bytes / kGiB,
+            margin / kGiB, fmt::format("CUDA device {} ({})", device_, device_name_),
+            free_bytes / kGiB, total_bytes / kGiB,
             streaming ? "Use a smaller file or the CPU backend"
                       : "Stream the routed experts (--ssd-streaming, with a device tier of "
                         "--ssd-streaming-cache-experts), use a file that fits, or the CPU "
@@ -178,7 +216,9 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
         done += bytes;
         if (progress) progress(done, need);
     };
-    if (embed_as_is) {
+    if (!embeds) {
+        // A later stage is handed its token states.
+    } else if (embed_as_is) {
         embedding_ = copy_to_device(w.token_embd->data, w.token_embd->n_bytes);
         embedding_type_ = w.token_embd->type;
     } else {  // other formats: rows dequantized to f32 once
@@ -188,7 +228,7 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
         embedding_ = copy_to_device(rows.data(), rows.size() * sizeof(float));
         embedding_type_ = GgmlType::F32;
     }
-    step(device_bytes(w.token_embd, !embed_as_is));
+    if (embeds) step(device_bytes(w.token_embd, !embed_as_is));
     for (model::Tensor t : mats) {
         matrices_.emplace(t, upload_matrix(t, false));
         step(device_bytes(t, false));
@@ -281,6 +321,17 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
         fm.n_rows = m.n_rows / hp.n_out_group;  // the grouped output's blocks
         if (fm.n_rows > 0)
             float_scratch_ = std::max(float_scratch_, cuda::float_matvec_scratch_bytes(fm));
+    }
+}
+
+DeviceModel::~DeviceModel() {
+    try {
+        const cuda::DeviceScope scope(device_);
+        tier_.reset();
+        matrices_.clear();
+        vectors_.clear();
+        embedding_ = cuda::DeviceBuffer();
+    } catch (...) {  // a device lost: what is left is freed with the process
     }
 }
 

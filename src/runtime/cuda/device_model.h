@@ -39,9 +39,18 @@ struct DeviceMatrix {
 
 class DeviceModel final : public DeviceWeights {
   public:
+    // The weights of `stage` (its layers; the embedding with layer 0, the output head with the
+    // last) on its device.
     DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
                 const std::function<void(uint64_t, uint64_t)> &progress,
-                const DeviceStreaming *streaming = nullptr);
+                const DeviceStreaming *streaming = nullptr, DeviceStage stage = {});
+    // The device buffers are freed with their device current.
+    ~DeviceModel() override;
+    DeviceModel(const DeviceModel &) = delete;
+    DeviceModel &operator=(const DeviceModel &) = delete;
+    // The device ordinal the weights are on, and their layers.
+    int device() const { return device_; }
+    LayerRange layers() const { return layers_; }
 
     std::unique_ptr<Ops> new_session(uint32_t ctx, bool f16_rows, ForwardOptions opts,
                                      uint32_t max_batch, LayerRange layers = {}) override;
@@ -75,6 +84,8 @@ class DeviceModel final : public DeviceWeights {
   private:
     const model::HParams &hp_;
     const model::ModelWeights &w_;
+    const int device_;
+    const LayerRange layers_;
     std::unordered_map<model::Tensor, DeviceMatrix> matrices_;
     std::unordered_map<model::Tensor, cuda::DeviceBuffer> vectors_;
     cuda::DeviceBuffer embedding_;
