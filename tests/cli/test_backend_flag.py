@@ -12,9 +12,9 @@ import csv
 import io
 import os
 import re
-import subprocess
 
 import pytest
+from cli_run import run, write_tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEXT = os.path.join(REPO, "bench", "data", "promessi_sposi.txt")
@@ -23,14 +23,7 @@ TOOLS = ["ds4", "ds4-bench", "ds4-test"]
 
 @pytest.fixture(scope="module")
 def tiny(tool, tmp_path_factory):
-    path = tmp_path_factory.mktemp("backend") / "tiny.gguf"
-    subprocess.run([tool("ds4-mkmodel"), "--shape", "tiny", "--quant", "q8_0", "--seed", "3", "--out", str(path),
-                    "-q", "--vocab", os.path.join(REPO, "models", "ds4-vocab.gguf")], check=True, timeout=300)
-    return str(path)
-
-
-def run(tool, name, *args, timeout=300):
-    return subprocess.run([tool(name), *args], capture_output=True, text=True, errors="replace", timeout=timeout)
+    return write_tiny(tool, tmp_path_factory.mktemp("backend") / "tiny.gguf")
 
 
 def base_args(name, tiny):

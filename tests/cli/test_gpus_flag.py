@@ -9,9 +9,9 @@ failure (exit 1, one line naming CUDA) on either kind of machine, so these cases
 """
 import os
 import re
-import subprocess
 
 import pytest
+from cli_run import run, write_tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEXT = os.path.join(REPO, "bench", "data", "promessi_sposi.txt")
@@ -20,14 +20,7 @@ TOOLS = ["ds4", "ds4-bench", "ds4-test", "ds4-server"]
 
 @pytest.fixture(scope="module")
 def tiny(tool, tmp_path_factory):
-    path = tmp_path_factory.mktemp("gpus") / "tiny.gguf"
-    subprocess.run([tool("ds4-mkmodel"), "--shape", "tiny", "--quant", "q8_0", "--seed", "3", "--out", str(path),
-                    "-q", "--vocab", os.path.join(REPO, "models", "ds4-vocab.gguf")], check=True, timeout=300)
-    return str(path)
-
-
-def run(tool, name, *args, timeout=300):
-    return subprocess.run([tool(name), *args], capture_output=True, text=True, errors="replace", timeout=timeout)
+    return write_tiny(tool, tmp_path_factory.mktemp("gpus") / "tiny.gguf")
 
 
 def ds4_args(tiny):

@@ -15,6 +15,7 @@ import subprocess
 import time
 
 import pytest
+from cli_run import run
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEXT = os.path.join(REPO, "bench", "data", "promessi_sposi.txt")
@@ -40,10 +41,6 @@ def model(tool, tmp_path_factory):
 @pytest.fixture
 def cache_dir(tmp_path):
     return str(tmp_path / "cache")
-
-
-def run(tool, name, *args, timeout=300):
-    return subprocess.run([tool(name), *args], capture_output=True, text=True, errors="replace", timeout=timeout)
 
 
 def ds4_args(model, *more, n=16):

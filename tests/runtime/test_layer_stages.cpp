@@ -18,10 +18,13 @@
 #include "runtime/forward.h"
 #include "runtime/layer_stages.h"
 #include "runtime/session.h"
+#include "session_bytes.h"
 #include "tiny_session_model.h"
 
 using namespace ds4;
 using namespace ds4::runtime;
+using ds4::test::read_into;
+using ds4::test::state_of;
 
 namespace {
 
@@ -36,17 +39,6 @@ SessionOptions opts(uint32_t chunk) {
     SessionOptions o{.ctx = 128, .chunk = chunk};
     o.forward.buffer_fill = std::numeric_limits<float>::quiet_NaN();
     return o;
-}
-
-std::string state_of(const Session &s) {
-    std::ostringstream out;
-    s.write_state(out);
-    return out.str();
-}
-
-void read_into(Session &s, const std::string &bytes) {
-    std::istringstream in(bytes);
-    s.read_state(in);
 }
 
 const std::vector<std::vector<uint32_t>> kSplits = {

@@ -10,26 +10,18 @@
 
 #include "common/error.h"
 #include "runtime/session.h"
+#include "session_bytes.h"
 #include "tiny_session_model.h"
 
 using namespace ds4;
 using namespace ds4::runtime;
+using ds4::test::read_into;
+using ds4::test::state_of;
 
 namespace {
 
 std::unique_ptr<Model> load_tiny() {
     return Model::load(test::tiny_session_model(11), {.n_threads = 2});
-}
-
-std::string state_of(const Session &s) {
-    std::ostringstream out;
-    s.write_state(out);
-    return out.str();
-}
-
-void read_into(Session &s, const std::string &bytes) {
-    std::istringstream in(bytes);
-    s.read_state(in);
 }
 
 // Byte offset of the CPU state's header inside a session state of n tokens: the session header
