@@ -11,8 +11,8 @@ std::unique_ptr<DeviceWeights> upload_to_cuda(const model::HParams &, const mode
         "this build has no CUDA backend: configure with -DDS4_CUDA=ON on a machine with nvcc");
 }
 
-std::vector<CudaDeviceInfo> cuda_devices() {
-    return {};
+std::optional<CudaDeviceInfo> cuda_device_info(int) {
+    return std::nullopt;
 }
 
 }  // namespace ds4::runtime

@@ -97,12 +97,13 @@ std::unique_ptr<DeviceWeights> upload_to_cuda(
     const std::function<void(uint64_t, uint64_t)> &progress,
     const DeviceStreaming *streaming = nullptr, DeviceStage stage = {});
 
-// The CUDA devices this process sees, in ordinal order, with their memory now (empty when this
-// build has no CUDA backend or no device or driver answers).
+// A CUDA device's name and memory now, or nothing when this build has no CUDA backend, no device
+// or driver answers, the device does not exist or cannot be used (e.g. held in exclusive mode).
+// Never throws.
 struct CudaDeviceInfo {
     std::string name;
     uint64_t free_bytes = 0, total_bytes = 0;
 };
-std::vector<CudaDeviceInfo> cuda_devices();
+std::optional<CudaDeviceInfo> cuda_device_info(int device);
 
 }  // namespace ds4::runtime

@@ -90,6 +90,7 @@ void LayerStages::write_state(std::ostream &out) const {
     // one state of every layer.
     KvCache all;
     all.ctx = ctx();
+    all.f16_rows = f16_rows_;
     all.n_past = n_past();
     all.layers.resize(hp_.n_layer);
     for (const Stage &s : stages_) {
@@ -109,6 +110,7 @@ void LayerStages::read_state(std::istream &in, int64_t n_past) {
     for (const Stage &s : stages_) {
         KvCache part;
         part.ctx = all.ctx;
+        part.f16_rows = f16_rows_;
         part.n_past = all.n_past;
         part.layers.resize(hp_.n_layer);
         for (uint32_t il = s.layers.begin; il < s.layers.end; ++il)

@@ -64,26 +64,23 @@ void Model::upload(const ModelOptions &opts) {
                                opts.plan_ctx, kCudaDefaultChunk);
         layer_ranges_.clear();
         for (const GpuShare &g : plan.gpus) layer_ranges_.push_back({g.first_layer, g.end_layer});
-        // Each device's free memory against the shares it gets (a device named twice holds
-        // both), before anything is uploaded.
-        const std::vector<CudaDeviceInfo> devices = cuda_devices();
-        bool known = !devices.empty();
-        for (int g : gpus) known = known && size_t(g) < devices.size();
-        if (known) {
-            GpuPlacement per_device = plan;
-            per_device.gpus.assign(devices.size(), GpuShare{});
-            for (size_t i = 0; i < gpus.size(); ++i) {
-                GpuShare &d = per_device.gpus[size_t(gpus[i])];
-                d.weight_bytes += plan.gpus[i].weight_bytes;
-                d.state_bytes += plan.gpus[i].state_bytes;
-            }
-            std::vector<uint64_t> free_bytes;
-            for (const CudaDeviceInfo &d : devices) free_bytes.push_back(d.free_bytes);
-            try {
-                check_placement_fits(per_device, free_bytes, kCudaSessionHeadroom);
-            } catch (const Error &e) {
-                throw BackendUnavailable(e.what());
-            }
+        // Each named device's free memory against the shares it gets (a device named twice
+        // holds both), before anything is uploaded. The check is indexed by ordinal: the devices
+        // not named, and those that cannot be asked (the upload then says why), are let through.
+        const int n_ordinals = *std::max_element(gpus.begin(), gpus.end()) + 1;
+        GpuPlacement per_device = plan;
+        per_device.gpus.assign(size_t(n_ordinals), GpuShare{});
+        std::vector<uint64_t> free_bytes(size_t(n_ordinals), UINT64_MAX);
+        for (size_t i = 0; i < gpus.size(); ++i) {
+            const size_t d = size_t(gpus[i]);
+            per_device.gpus[d].weight_bytes += plan.gpus[i].weight_bytes;
+            per_device.gpus[d].state_bytes += plan.gpus[i].state_bytes;
+            if (const auto info = cuda_device_info(gpus[i])) free_bytes[d] = info->free_bytes;
+        }
+        try {
+            check_placement_fits(per_device, free_bytes, kCudaSessionHeadroom);
+        } catch (const Error &e) {
+            throw BackendUnavailable(e.what());
         }
     }
     // Streaming: the cache is the host tier; the device tier's budget comes along.

@@ -112,16 +112,21 @@ TEST(LayerStages, SnapshotsAndRewindsOfASplitSession) {
     EXPECT_EQ(s.tokens().size(), 39u);
 }
 
-TEST(LayerStages, SerialisedStatesLoadAcrossSplits) {
+// Rows stored as f16 (the default) and as f32: the state's header says which.
+class LayerStagesState : public ::testing::TestWithParam<int> {};
+
+TEST_P(LayerStagesState, SerialisedStatesLoadAcrossSplits) {
     auto whole = load_tiny({}), a = load_tiny({2}), b = load_tiny({1, 3, 5});
     const auto prompt = test::made_up_prompt(41), next = test::made_up_prompt(11, 29, 7);
-    Session ref(*whole, opts(16));
+    SessionOptions o = opts(16);
+    o.f16_rows = GetParam();
+    Session ref(*whole, o);
     ref.eval(prompt);
     const std::string bytes = state_of(ref);
     const std::vector<float> want = ref.eval(next);
 
     // Written unsplit, read split; written split, the same bytes as unsplit, read otherwise split.
-    Session sa(*a, opts(16)), sb(*b, opts(16));
+    Session sa(*a, o), sb(*b, o);
     read_into(sa, bytes);
     EXPECT_EQ(state_of(sa), bytes);
     read_into(sb, state_of(sa));
@@ -129,13 +134,22 @@ TEST(LayerStages, SerialisedStatesLoadAcrossSplits) {
     EXPECT_EQ(sb.eval(next), want);
 
     // Bytes cut short are refused and every stage is left as it was.
-    Session sc(*b, opts(16));
+    Session sc(*b, o);
     sc.eval(prompt);
     const std::string before = state_of(sc);
     EXPECT_THROW(read_into(sc, bytes.substr(0, bytes.size() - 100)), Error);
     EXPECT_EQ(state_of(sc), before);
     EXPECT_EQ(sc.eval(next), want);
+
+    // The other row format is refused.
+    SessionOptions other = o;
+    other.f16_rows = 1 - GetParam();
+    Session sd(*b, other);
+    EXPECT_THROW(read_into(sd, bytes), Error);
 }
+
+INSTANTIATE_TEST_SUITE_P(Rows, LayerStagesState, ::testing::Values(1, 0),
+                         [](const auto &info) { return info.param ? "f16" : "f32"; });
 
 // The model order refuses to run stages that hold different positions (what an evaluation that
 // failed half-way would leave) rather than attend over states of different lengths.

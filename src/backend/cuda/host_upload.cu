@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/host_upload.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/per_device.h"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -131,14 +132,16 @@ class Stager {
     cudaEvent_t done_[2] = {nullptr, nullptr};
 };
 
+// The current device's: its stream, events and device staging belong to that device (a kernel
+// cannot be launched on another device's stream).
 Stager &stager() {
-    static Stager *s = new Stager();
-    return *s;
+    static PerDevice<Stager *> stagers;
+    return *stagers.get([] { return new Stager(); });
 }
 
 }  // namespace
 
-void release_upload_staging() {
+void release_upload_staging() {  // the current device's
     Stager &st = stager();
     const std::lock_guard<std::mutex> lock(st.mutex);
     st.release();

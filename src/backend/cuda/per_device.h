@@ -62,4 +62,29 @@ class DeviceScope {
     int previous_;
 };
 
+// For an object whose members hold memory of one device: declared before them (so destroyed after
+// them) and armed in the constructor or destructor, it keeps that device current while they are
+// freed and then puts back the device that was current before. disarm() puts it back at once
+// (the end of a constructor that succeeded). Never throws.
+class DeviceRestore {
+  public:
+    DeviceRestore() = default;
+    DeviceRestore(const DeviceRestore &) = delete;
+    DeviceRestore &operator=(const DeviceRestore &) = delete;
+    ~DeviceRestore() { disarm(); }
+    void arm(int device) noexcept {
+        disarm();
+        if (cudaGetDevice(&previous_) != cudaSuccess) return;
+        armed_ = previous_ == device || cudaSetDevice(device) == cudaSuccess;
+    }
+    void disarm() noexcept {
+        if (armed_) cudaSetDevice(previous_);
+        armed_ = false;
+    }
+
+  private:
+    int previous_ = 0;
+    bool armed_ = false;
+};
+
 }  // namespace ds4::cuda

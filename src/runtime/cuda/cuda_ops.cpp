@@ -34,6 +34,7 @@ constexpr uint64_t kHcPostOp = 6;
 constexpr uint64_t kAttentionCoreOp = 8;
 constexpr uint64_t kMoeRoutedOp = 9;  // moe_routed's
 constexpr uint64_t kBranchOp = 13;    // begin_branch, end_branch, join_branch
+constexpr uint64_t kWriteOp = 14;     // write (the token states handed to a later stage)
 
 size_t align_up(size_t n) {
     return (n + kAlign - 1) / kAlign * kAlign;
@@ -60,8 +61,13 @@ size_t floats_per_token(const model::HParams &hp) {
 
 }  // namespace
 
-// The attention state saved by save(): a device copy of every layer's buffers.
+// The attention state saved by save(): a device copy of every layer's buffers, freed on its
+// device.
 struct CudaState final : BackendState {
+    explicit CudaState(int device) : device_(device) {}
+    ~CudaState() override { on_device_.arm(device_); }
+    cuda::DeviceRestore on_device_;  // before the buffers: put back after they are freed
+    int device_;
     std::vector<CudaOps::LayerKv> layers;
     int64_t n_past = 0;
     size_t payload = 0;  // computed by save()
@@ -104,8 +110,9 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
       opts_(opts),
       layers_(layers == LayerRange{} ? LayerRange{0, model.hp().n_layer} : layers),
       device_(model.device()) {
-    // Streams, events and buffers are made on the weights' device; the caller's is put back.
-    const cuda::DeviceScope scope(device_);
+    // Streams, events and buffers are made on the weights' device; the caller's is put back at
+    // the end, or, when the constructor throws, once the members made so far are freed.
+    on_device_.arm(device_);
     if (!(layers_.begin >= model.layers().begin && layers_.end <= model.layers().end))
         throw Error(
             fmt::format("internal: a session of layers [{}, {}) over weights of layers [{}, {})",
@@ -305,11 +312,13 @@ CudaOps::CudaOps(const DeviceModel &model, uint32_t ctx, bool f16_rows, ForwardO
         expert_order_ = device_array<int32_t>(size_t(max_batch) * K);
     }
     DS4_CUDA_CHECK(cudaDeviceSynchronize());
+    on_device_.disarm();  // constructed: the caller's device again
 }
 
 CudaOps::~CudaOps() {
-    // Everything is freed on the session's device (the members after this body too).
-    cudaSetDevice(device_);
+    // Everything is freed on the session's device (the members after this body too), then the
+    // caller's device is put back.
+    on_device_.arm(device_);
     abort_step();
     profile_.report();
     // DS4_CUDA_GRAPH_NODES: how many kernels and copies one decode step is (the profile times
@@ -1509,7 +1518,7 @@ void CudaOps::write(const float *host, size_t n, float *x) {
     // As the tokens in begin_batch: the staging is free (the previous batch ended in read(),
     // which waits for the stream), and a replayed step's captured copy reads it.
     std::copy(host, host + n, handed_host_);
-    if (replaying(13, {reinterpret_cast<uintptr_t>(x), n})) return;
+    if (replaying(kWriteOp, {reinterpret_cast<uintptr_t>(x), n})) return;
     DS4_CUDA_CHECK(cudaMemcpyAsync(x, handed_host_, n * sizeof(float), cudaMemcpyHostToDevice, s_));
 }
 
@@ -1535,7 +1544,7 @@ std::shared_ptr<const BackendState> CudaOps::save() const {
     if (capturing()) throw Error("CUDA backend: save() during a step");
     // The state is copied on the main stream; a step that threw may have left branch work.
     DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
-    auto st = std::make_shared<CudaState>();
+    auto st = std::make_shared<CudaState>(device_);
     st->n_past = n_past_;
     // As serialised: the rows in use at 2 or 4 bytes a value, the compressor windows as f32.
     const size_t elem = f16_ ? 2 : 4;
@@ -1587,6 +1596,10 @@ auto window_buffers(Layer &l) {
 // A rewind point: per layer the ring's rows of the last min(n_past, sliding_window) positions,
 // oldest first (all a later token can see of the window), in `raw`, and the compressor windows.
 struct CudaTail final : BackendState {
+    explicit CudaTail(int device) : device_(device) {}
+    ~CudaTail() override { on_device_.arm(device_); }
+    cuda::DeviceRestore on_device_;  // before the buffers: put back after they are freed
+    int device_;
     std::vector<CudaOps::LayerKv> layers;  // comp and idx left empty
     int64_t n_past = 0;
     size_t payload = 0;
@@ -1611,7 +1624,7 @@ std::shared_ptr<const BackendState> CudaOps::save_tail() const {
     if (capturing()) throw Error("CUDA backend: save_tail() during a step");
     // The state is copied on the main stream; a step that threw may have left branch work.
     DS4_CUDA_CHECK(cudaStreamSynchronize(branch_));
-    auto t = std::make_shared<CudaTail>();
+    auto t = std::make_shared<CudaTail>(device_);
     t->n_past = n_past_;
     const size_t window = size_t(hp_.sliding_window) * hp_.head_dim;
     for (uint32_t il = 0; il < kv_.size(); ++il) {

@@ -39,6 +39,7 @@
 #include "backend/cuda/expert_groups.h"
 #include "backend/cuda/float_matvec.h"
 #include "backend/cuda/moe_ops.h"
+#include "backend/cuda/per_device.h"
 #include "backend/cuda/q8_k_quantize.h"
 #include "backend/cuda/row_finish.h"
 #include "runtime/cuda/decode_graphs.h"
@@ -256,6 +257,9 @@ class CudaOps final : public Ops {
     // Adds an operation and its arguments to the step's hash.
     void hash_op(uint64_t op, std::initializer_list<uint64_t> args);
 
+    // Keeps the session's device current while the members below are freed (declared first,
+    // destroyed last), then puts back the caller's.
+    cuda::DeviceRestore on_device_;
     const DeviceModel &m_;
     const model::HParams &hp_;
     const uint32_t ctx_, max_batch_;

@@ -22,19 +22,20 @@ std::unique_ptr<DeviceWeights> upload_to_cuda(
     return std::make_unique<cuda_backend::DeviceModel>(hp, w, progress, streaming, stage);
 }
 
-std::vector<CudaDeviceInfo> cuda_devices() {
+std::optional<CudaDeviceInfo> cuda_device_info(int device) {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) return {};
-    std::vector<CudaDeviceInfo> out;
-    for (int d = 0; d < n; ++d) {
-        const cuda::DeviceScope scope(d);
+    if (cudaGetDeviceCount(&n) != cudaSuccess || device < 0 || device >= n) return std::nullopt;
+    try {
+        const cuda::DeviceScope scope(device);
         cudaDeviceProp prop{};
-        DS4_CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
         size_t free_bytes = 0, total_bytes = 0;
-        DS4_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-        out.push_back({prop.name, free_bytes, total_bytes});
+        if (cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
+            cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
+            return std::nullopt;
+        return CudaDeviceInfo{prop.name, free_bytes, total_bytes};
+    } catch (const Error &) {  // the device cannot be made current
+        return std::nullopt;
     }
-    return out;
 }
 
 namespace cuda_backend {
