@@ -30,10 +30,12 @@ const float *f32_or_null(model::Tensor t) {
 }  // namespace
 
 size_t CpuState::payload_bytes() const {
-    size_t b = 2 * cache.layers.size() * sizeof(uint32_t);
-    for (const auto &l : cache.layers)
-        b += live_bytes(l.raw) + live_bytes(l.comp) + live_bytes(l.idx) + l.comp_state.bytes() +
-             l.idx_state.bytes();
+    size_t b = 0;
+    for (const auto &l : cache.layers) {
+        if (l.raw.capacity() == 0) continue;  // another stage's layer (layer_stages.h)
+        b += 2 * sizeof(uint32_t) + live_bytes(l.raw) + live_bytes(l.comp) + live_bytes(l.idx) +
+             l.comp_state.bytes() + l.idx_state.bytes();
+    }
     return b;
 }
 

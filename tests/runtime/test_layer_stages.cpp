@@ -73,6 +73,7 @@ TEST(LayerStages, EverySplitGivesTheUnsplitLogitsBitForBit) {
         Session ref(*whole, opts(chunk));
         std::vector<std::vector<float>> want{ref.eval(prompt)};
         for (int32_t t : more) want.push_back(ref.eval(std::span(&t, 1)));
+        const size_t payload = ref.save().state->payload_bytes();
         for (const auto &starts : kSplits) {
             auto split = load_tiny(starts);
             ASSERT_EQ(split->layer_ranges().size(), starts.size() + 1);
@@ -82,6 +83,8 @@ TEST(LayerStages, EverySplitGivesTheUnsplitLogitsBitForBit) {
             for (size_t i = 0; i < more.size(); ++i)
                 ASSERT_EQ(s.eval(std::span(&more[i], 1)), want[i + 1])
                     << "chunk " << chunk << ", split at " << starts[0] << ", decode step " << i;
+            // A snapshot's bytes (ds4-bench's kvcache_bytes) are the unsplit session's.
+            EXPECT_EQ(s.save().state->payload_bytes(), payload);
         }
     }
 }

@@ -1549,7 +1549,7 @@ std::shared_ptr<const BackendState> CudaOps::save() const {
     // As serialised: the rows in use at 2 or 4 bytes a value, the compressor windows as f32.
     const size_t elem = f16_ ? 2 : 4;
     const size_t raw_rows = size_t(std::min<int64_t>(n_past_, hp_.sliding_window));
-    st->payload = 2 * kv_.size() * sizeof(uint32_t);
+    st->payload = 2 * layers_.size() * sizeof(uint32_t);  // its own layers' counts
     for (uint32_t il = 0; il < kv_.size(); ++il) {
         const LayerKv &l = kv_[il];
         const uint32_t r = hp_.compress_ratio[il];
