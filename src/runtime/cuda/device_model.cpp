@@ -208,9 +208,9 @@ DeviceModel::DeviceModel(const model::HParams &hp, const model::ModelWeights &w,
             margin / kGiB, fmt::format("CUDA device {} ({})", device_, device_name_),
             free_bytes / kGiB, total_bytes / kGiB,
             streaming ? "Use a smaller file or the CPU backend"
-                      : "Stream the routed experts (--ssd-streaming, with a device tier of "
-                        "--ssd-streaming-cache-experts), use a file that fits, or the CPU "
-                        "backend"));
+                      : "Split the layers over several GPUs (--gpus), stream the routed experts "
+                        "(--ssd-streaming, with a device tier of --ssd-streaming-cache-experts), "
+                        "use a file that fits, or the CPU backend"));
 
     uint64_t done = 0;
     auto step = [&](uint64_t bytes) {
