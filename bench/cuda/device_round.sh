@@ -4,8 +4,8 @@
 # --cuda on the published Flash q2 layout (written to /dev/shm) at 2K under each variant, with
 # the device's clocks before and after. Binaries come from BIN (and their .so files from LIB:
 # bench/pack_binaries.sh packs both); a variant is a list of environment assignments ("-" for
-# none), optionally prefixed by "base:" to run BASE's ds4-bench instead (the build the round
-# compares against). Logs, CSVs and a summary go to OUT. With -t "T1 T2 ...", the same model
+# none) and ds4-bench flags written --flag=value (--gpus=0,0 --layer-split=21), optionally
+# prefixed by "base:" to run BASE's ds4-bench instead (the build the round compares against). Logs, CSVs and a summary go to OUT. With -t "T1 T2 ...", the same model
 # also runs on the CPU backend at those thread counts (a short prompt, DS4_CPU_PROFILE=1: the
 # per-operation table in the log). With -s SHAPE (a shape JSON of ds4-mkmodel), that layout
 # instead of the published one: bench/cuda/flash_64_experts.json is the Flash layout with 64
@@ -42,6 +42,11 @@ note "test_cuda: rc $? in $(($(date +%s) - t0)) s: $(grep -E '^\[  (PASSED|FAILE
 grep -E '^\[  FAILED  \]' "$OUT/test_cuda.log" | head -20 | tee -a "$summary"
 "$BIN/ds4-test" --backend-parity -m models/promessi-mini-q8_0.gguf --cuda >"$OUT/parity.log" 2>&1
 note "backend parity: rc $?: $(tail -n 3 "$OUT/parity.log" | tr '\n' ' ')"
+# The same with the layers in two ranges on device 0 (docs/MULTI_GPU.md): the hand-over between
+# them on the device.
+"$BIN/ds4-test" --backend-parity -m models/promessi-mini-q8_0.gguf --gpus 0,0 --layer-split 2 \
+  >"$OUT/parity-split.log" 2>&1
+note "backend parity, layers split 0-1 / 2-3: rc $?: $(tail -n 3 "$OUT/parity-split.log" | tr '\n' ' ')"
 
 model=/dev/shm/ds4-$(basename "$shape" .json)-q2.gguf
 if [ ! -f "$model" ]; then
@@ -60,10 +65,16 @@ for v in "$@"; do
     spec=${spec#base:}
   fi
   [ "$spec" = "-" ] && spec=""
+  # Words of the variant that start with -- are ds4-bench flags (--gpus=0,0), the others
+  # environment assignments.
+  envs="" flags=""
+  for w in $spec; do
+    if [ "${w#--}" != "$w" ]; then flags="$flags $w"; else envs="$envs $w"; fi
+  done
   # shellcheck disable=SC2086
-  env $spec "$bench" -m "$model" --cuda --prompt-file bench/data/promessi_sposi.txt \
+  env $envs "$bench" -m "$model" --cuda --prompt-file bench/data/promessi_sposi.txt \
     --ctx-start "$ctx" --ctx-max "$ctx" -n "$gen" --runs "$runs" --csv "$OUT/bench-$i.csv" \
-    >"$OUT/bench-$i.log" 2>&1
+    $flags >"$OUT/bench-$i.log" 2>&1
   note "variant $i [$v]: rc $?: $(tail -n 1 "$OUT/bench-$i.csv" 2>/dev/null)"
 done
 for t in $cpu_threads; do
