@@ -11,16 +11,21 @@ namespace ds4::tools {
 
 namespace {
 
-// "cpu", or "cuda (NVIDIA H200)": the backend, and the device the weights are on.
+// "cpu", or "cuda (NVIDIA H200)": the backend, and the device the weights are on; with the layers
+// in ranges over several, "cuda (2 ranges of layers: NVIDIA H200, NVIDIA H200)".
 std::string backend_text(runtime::Model &model) {
     std::string text = runtime::backend_name(model.backend());
-    if (const runtime::DeviceWeights *dev = model.device()) {
-        std::string name = dev->device_name().substr(0, 60);
+    if (!model.device()) return text;
+    const size_t n = model.layer_ranges().size();
+    std::string names;
+    for (size_t i = 0; i < n; ++i) {
+        std::string name = model.device(i)->device_name().substr(0, 60);
         for (char &c : name)
             if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-        text += fmt::format(" ({})", name);
+        names += (i ? ", " : "") + name;
     }
-    return text;
+    return text + (n > 1 ? fmt::format(" ({} ranges of layers: {})", n, names)
+                         : fmt::format(" ({})", names));
 }
 
 }  // namespace
