@@ -25,4 +25,20 @@ namespace ds4::runtime {
 void forward(std::span<const Stage> stages, const model::HParams &hp, const model::ModelWeights &w,
              std::span<const int32_t> tokens, std::vector<float> &logits);
 
+// One part of a model split by tensors (runtime/tensor_shards.h): its backend (with its own
+// attention state of every layer), the part's hyper-parameters and weights, and the first of its
+// rows of the vocabulary.
+struct TensorRank {
+    Ops *ops = nullptr;
+    const model::HParams *hp = nullptr;
+    const model::ModelWeights *w = nullptr;
+    uint64_t vocab_begin = 0;
+};
+
+// As forward, with the model split by tensors over `ranks` (hp: the whole model's): each
+// sublayer runs on every rank, the ranks' partial outputs are added (in rank order, through host
+// memory) and every rank continues from the sum; the logits are the ranks' rows put together.
+void forward_tensor_split(std::span<const TensorRank> ranks, const model::HParams &hp,
+                          std::span<const int32_t> tokens, std::vector<float> &logits);
+
 }  // namespace ds4::runtime
