@@ -31,11 +31,13 @@ std::vector<LayerRange> split_layers(uint32_t n_layer, std::span<const uint32_t>
     return ranges;
 }
 
-LayerStages::LayerStages(const model::HParams &hp, std::vector<Stage> stages, bool f16_rows)
-    : hp_(hp), stages_(std::move(stages)), f16_rows_(f16_rows) {
+LayerStages::LayerStages(const model::HParams &hp, std::vector<Stage> stages, bool f16_rows,
+                         bool parts)
+    : hp_(hp), stages_(std::move(stages)), f16_rows_(f16_rows), parts_(parts) {
     if (stages_.empty()) throw Error("internal: a session with no backend");
     uint32_t next = 0;
     for (const Stage &s : stages_) {
+        if (parts_) next = 0;  // each part runs every layer
         if (!s.ops || s.layers.begin != next || s.layers.end <= s.layers.begin)
             throw Error(fmt::format("internal: stage of layers [{}, {}) after layer {}",
                                     s.layers.begin, s.layers.end, next));
@@ -85,7 +87,8 @@ size_t LayerStages::kv_bytes() const {
 }
 
 void LayerStages::write_state(std::ostream &out) const {
-    if (stages_.size() == 1) return stages_[0].ops->write_state(out);
+    // The parts of a tensor split hold the same state: the first one's is the model's.
+    if (stages_.size() == 1 || parts_) return stages_[0].ops->write_state(out);
     // Each stage's state holds its own layers (the others empty): the layers are gathered into
     // one state of every layer.
     KvCache all;
@@ -105,8 +108,19 @@ void LayerStages::write_state(std::ostream &out) const {
 
 void LayerStages::read_state(std::istream &in, int64_t n_past) {
     if (stages_.size() == 1) return stages_[0].ops->read_state(in, n_past);
-    // Everything is read and checked first; each stage then reads its layers.
+    // Everything is read and checked first; each stage then reads its layers (every part of a
+    // tensor split all of them).
     KvCache all = read_kv_cache(in, hp_, ctx(), f16_rows_, n_past);
+    if (parts_) {
+        std::stringstream bytes;
+        write_kv_cache(bytes, all);
+        const std::string state = bytes.str();
+        for (const Stage &s : stages_) {
+            std::istringstream copy(state);
+            s.ops->read_state(copy, n_past);
+        }
+        return;
+    }
     for (const Stage &s : stages_) {
         KvCache part;
         part.ctx = all.ctx;

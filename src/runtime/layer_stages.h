@@ -33,9 +33,11 @@ struct StagedState final : BackendState {
 
 class LayerStages {
   public:
-    // Throws ds4::Error unless the ranges are non-empty, consecutive and cover every layer, and
+    // Throws ds4::Error unless the ranges are non-empty, consecutive and cover every layer (or,
+    // `parts`: the stages are the parts of a model split by tensors, each of every layer), and
     // the stages hold the same context and positions. f16_rows: the sessions' row format.
-    LayerStages(const model::HParams &hp, std::vector<Stage> stages, bool f16_rows);
+    LayerStages(const model::HParams &hp, std::vector<Stage> stages, bool f16_rows,
+                bool parts = false);
 
     std::span<const Stage> stages() const { return stages_; }
     uint32_t ctx() const { return stages_.front().ops->ctx(); }
@@ -55,6 +57,7 @@ class LayerStages {
     const model::HParams &hp_;
     std::vector<Stage> stages_;
     bool f16_rows_;
+    bool parts_;  // split by tensors: every stage holds the same attention state
 };
 
 // Splits n_layer layers at `starts` (the first layer of every stage after the first, ascending):

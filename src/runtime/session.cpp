@@ -33,6 +33,20 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
     m->layer_ranges_ = split_layers(m->hp_.n_layer, opts.layer_starts);
     if (!opts.gpus.empty() && opts.backend != Backend::Cuda)
         throw Error("a list of GPUs needs the CUDA backend");
+    if (opts.tensor_ranks != 0 && (opts.backend != Backend::Cpu || opts.split != GpuSplit::Tensors))
+        throw Error("tensor ranks are the CPU backend's tensor split");
+    if (opts.split == GpuSplit::Tensors) {
+        if (!opts.layer_starts.empty())
+            throw Error("a layer split and the tensor split at once: give one");
+        if (opts.streaming.enabled)
+            throw Error(
+                "SSD streaming of the routed experts with the tensor split is not supported");
+        const size_t n = opts.backend == Backend::Cuda ? opts.gpus.size() : opts.tensor_ranks;
+        if (n < 2)
+            throw Error(fmt::format("the tensor split needs 2 or more {}, got {}",
+                                    opts.backend == Backend::Cuda ? "GPUs (--gpus)" : "ranks", n));
+        m->split_tensors(opts, uint32_t(n));
+    }
     if (m->layer_ranges_.size() > 1 && opts.streaming.enabled)
         throw Error("SSD streaming of the routed experts with a layer split is not supported");
     m->pool_ = std::make_unique<backend::cpu::ThreadPool>(opts.n_threads);
@@ -48,6 +62,42 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
     return m;
 }
 
+namespace {
+
+// The plan's shares summed per named device (a device named twice holds both) against each
+// device's free memory, before anything is uploaded. Indexed by ordinal: the devices not named,
+// and those that cannot be asked (the upload then says why), are let through.
+void check_devices_fit(const GpuPlacement &plan, const std::vector<int> &gpus) {
+    const int n_ordinals = *std::max_element(gpus.begin(), gpus.end()) + 1;
+    GpuPlacement per_device = plan;
+    per_device.gpus.assign(size_t(n_ordinals), GpuShare{});
+    std::vector<uint64_t> free_bytes(size_t(n_ordinals), UINT64_MAX);
+    for (size_t i = 0; i < gpus.size(); ++i) {
+        const size_t d = size_t(gpus[i]);
+        per_device.gpus[d].weight_bytes += plan.gpus[i].weight_bytes;
+        per_device.gpus[d].state_bytes += plan.gpus[i].state_bytes;
+        if (const auto info = cuda_device_info(gpus[i])) free_bytes[d] = info->free_bytes;
+    }
+    try {
+        check_placement_fits(per_device, free_bytes, kCudaSessionHeadroom);
+    } catch (const Error &e) {
+        throw BackendUnavailable(e.what());
+    }
+}
+
+}  // namespace
+
+void Model::split_tensors(const ModelOptions &opts, uint32_t n) {
+    const GpuPlacement plan =
+        plan_gpu_placement(hp_, weights_, GpuSplit::Tensors, n, opts.plan_ctx, kCudaDefaultChunk);
+    layer_ranges_.assign(n, LayerRange{0, hp_.n_layer});
+    for (uint32_t r = 0; r < n; ++r) {
+        shards_.push_back(std::make_unique<TensorShard>(hp_, weights_, plan, r));
+        shard_experts_.push_back(experts::make_resident_source(shards_.back()->weights()));
+    }
+    if (opts.backend == Backend::Cuda) check_devices_fit(plan, opts.gpus);
+}
+
 void Model::upload(const ModelOptions &opts) {
     const std::vector<int> gpus = opts.gpus.empty() ? std::vector<int>{0} : opts.gpus;
     for (int g : gpus)
@@ -55,7 +105,7 @@ void Model::upload(const ModelOptions &opts) {
     if (!opts.layer_starts.empty() && layer_ranges_.size() != gpus.size())
         throw Error(fmt::format("{} ranges of layers for {} GPU(s): name one GPU per range",
                                 layer_ranges_.size(), gpus.size()));
-    if (opts.layer_starts.empty() && gpus.size() > 1) {
+    if (!tensor_split() && opts.layer_starts.empty() && gpus.size() > 1) {
         if (opts.streaming.enabled)
             throw Error("SSD streaming of the routed experts over several GPUs is not supported");
         // The ranges whose largest share of weights and attention state is smallest.
@@ -64,24 +114,7 @@ void Model::upload(const ModelOptions &opts) {
                                opts.plan_ctx, kCudaDefaultChunk);
         layer_ranges_.clear();
         for (const GpuShare &g : plan.gpus) layer_ranges_.push_back({g.first_layer, g.end_layer});
-        // Each named device's free memory against the shares it gets (a device named twice
-        // holds both), before anything is uploaded. The check is indexed by ordinal: the devices
-        // not named, and those that cannot be asked (the upload then says why), are let through.
-        const int n_ordinals = *std::max_element(gpus.begin(), gpus.end()) + 1;
-        GpuPlacement per_device = plan;
-        per_device.gpus.assign(size_t(n_ordinals), GpuShare{});
-        std::vector<uint64_t> free_bytes(size_t(n_ordinals), UINT64_MAX);
-        for (size_t i = 0; i < gpus.size(); ++i) {
-            const size_t d = size_t(gpus[i]);
-            per_device.gpus[d].weight_bytes += plan.gpus[i].weight_bytes;
-            per_device.gpus[d].state_bytes += plan.gpus[i].state_bytes;
-            if (const auto info = cuda_device_info(gpus[i])) free_bytes[d] = info->free_bytes;
-        }
-        try {
-            check_placement_fits(per_device, free_bytes, kCudaSessionHeadroom);
-        } catch (const Error &e) {
-            throw BackendUnavailable(e.what());
-        }
+        check_devices_fit(plan, gpus);
     }
     // Streaming: the cache is the host tier; the device tier's budget comes along.
     DeviceStreaming ds;
@@ -93,22 +126,36 @@ void Model::upload(const ModelOptions &opts) {
     const auto progress = [&](uint64_t done, uint64_t total) {
         if (opts.upload_progress) opts.upload_progress(before + done, before + total);
     };
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
     for (size_t i = 0; i < layer_ranges_.size(); ++i) {
         const LayerRange r = layer_ranges_[i];
         try {
-            devices_.push_back(upload_to_cuda(
-                hp_, weights_, progress, opts.streaming.enabled ? &ds : nullptr, {gpus[i], r}));
+            if (tensor_split())  // the part's weights, every layer
+                devices_.push_back(upload_to_cuda(shards_[i]->hparams(), shards_[i]->weights(),
+                                                  progress, nullptr, {gpus[i], {}}));
+            else
+                devices_.push_back(upload_to_cuda(
+                    hp_, weights_, progress, opts.streaming.enabled ? &ds : nullptr, {gpus[i], r}));
         } catch (const Error &e) {
             throw BackendUnavailable(e.what());
         }
         before += devices_.back()->bytes();
-        if (layer_ranges_.size() > 1)
-            placement_log_.push_back(
-                fmt::format("CUDA device {} ({}): layers {}-{}{}{}, {:.2f} GiB of weights", gpus[i],
-                            devices_.back()->device_name(), r.begin, r.end - 1,
-                            r.begin == 0 ? ", token embedding" : "",
-                            r.end == hp_.n_layer ? ", output head" : "",
-                            double(devices_.back()->bytes()) / (1024.0 * 1024.0 * 1024.0)));
+        const double gib = double(devices_.back()->bytes()) / kGiB;
+        const std::string device =
+            fmt::format("CUDA device {} ({})", gpus[i], devices_.back()->device_name());
+        if (tensor_split()) {
+            const TensorShard &p = *shards_[i];
+            placement_log_.push_back(fmt::format(
+                "{}: part {} of {}: {} heads in {} output groups, {} expert hidden columns, "
+                "vocabulary rows {}-{}; {:.2f} GiB of weights",
+                device, i, shards_.size(), p.hparams().n_head, p.hparams().n_out_group,
+                p.hparams().n_ff_exp, p.vocab_begin(), p.vocab_end() - 1, gib));
+        } else if (layer_ranges_.size() > 1) {
+            placement_log_.push_back(fmt::format("{}: layers {}-{}{}{}, {:.2f} GiB of weights",
+                                                 device, r.begin, r.end - 1,
+                                                 r.begin == 0 ? ", token embedding" : "",
+                                                 r.end == hp_.n_layer ? ", output head" : "", gib));
+        }
     }
 }
 
@@ -126,17 +173,25 @@ Session::Session(Model &model, const SessionOptions &opts)
         throw Error("rewind points every N tokens need room for at least one (max_rewind_points)");
     const bool f16 = opts.f16_rows < 0 ? opts.forward.qat_sim : opts.f16_rows != 0;
     std::vector<Stage> stages;
-    for (const LayerRange &range : model.layer_ranges()) {
+    const bool parts = model.tensor_split();
+    for (size_t i = 0; i < model.layer_ranges().size(); ++i) {
+        const LayerRange range = model.layer_ranges()[i];
         Stage &s = stages.emplace_back();
         s.layers = range;
         if (model.device())
-            s.ops = model.device(stages.size() - 1)
-                        ->new_session(opts.ctx, f16, opts.forward, chunk_, range);
+            s.ops = model.device(i)->new_session(opts.ctx, f16, opts.forward, chunk_, range);
+        else if (parts)
+            s.ops = std::make_unique<CpuOps>(model.shard(i).hparams(), model.shard(i).weights(),
+                                             model.pool(), model.shard_experts(i), opts.forward,
+                                             opts.ctx, f16);
         else
             s.ops = std::make_unique<CpuOps>(model.hparams(), model.weights(), model.pool(),
                                              model.experts(), opts.forward, opts.ctx, f16, range);
+        if (parts)
+            ranks_.push_back({s.ops.get(), &model.shard(i).hparams(), &model.shard(i).weights(),
+                              model.shard(i).vocab_begin()});
     }
-    stages_ = std::make_unique<LayerStages>(model.hparams(), std::move(stages), f16);
+    stages_ = std::make_unique<LayerStages>(model.hparams(), std::move(stages), f16, parts);
     points_[0] = {stages_->save_tail(), {}};
 }
 
@@ -167,7 +222,10 @@ const std::vector<float> &Session::eval(std::span<const int32_t> tokens,
         // where batches end), where the point is taken.
         if (interval_) n = std::min<size_t>(n, interval_ - tokens_.size() % interval_);
         const std::span<const int32_t> batch = tokens.subspan(i, n);
-        forward(stages_->stages(), model_.hparams(), model_.weights(), batch, logits_);
+        if (ranks_.empty())
+            forward(stages_->stages(), model_.hparams(), model_.weights(), batch, logits_);
+        else
+            forward_tensor_split(ranks_, model_.hparams(), batch, logits_);
         tokens_.insert(tokens_.end(), batch.begin(), batch.end());
         i += n;
         if (interval_ && tokens_.size() % interval_ == 0) add_periodic_point();

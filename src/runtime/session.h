@@ -19,9 +19,12 @@
 #include "model/weights.h"
 #include "runtime/device_weights.h"
 #include "runtime/expert_streaming.h"
+#include "runtime/forward.h"
 #include "runtime/forward_options.h"
+#include "runtime/gpu_placement.h"
 #include "runtime/layer_stages.h"
 #include "runtime/ops.h"
+#include "runtime/tensor_shards.h"
 
 namespace ds4::runtime {
 
@@ -46,6 +49,13 @@ struct ModelOptions {
     // fit the devices' free memory is refused before anything is uploaded.
     std::vector<int> gpus;
     uint32_t plan_ctx = 32768;
+    // How the model is split over `gpus`: by layers (above), or by tensors: every GPU computes
+    // its heads, expert hidden columns and vocabulary rows of every layer, holding its part of
+    // the weights (runtime/tensor_shards.h) and a copy of the attention state, and the parts'
+    // sublayer outputs are added (docs/MULTI_GPU.md). On the CPU backend the tensor split runs
+    // over `tensor_ranks` backend instances (the same model order; what tests check it with).
+    GpuSplit split = GpuSplit::Layers;
+    uint32_t tensor_ranks = 0;
 };
 
 class Model {
@@ -73,13 +83,20 @@ class Model {
     DeviceWeights *device(size_t range) { return devices_.at(range).get(); }
     // The placement's start-up lines (which layers on which GPU; none for one range).
     const std::vector<std::string> &placement_log() const { return placement_log_; }
-    // The ranges of layers the sessions' backend instances run (one: the whole model).
+    // The layers each of the sessions' backend instances runs: one range (the whole model),
+    // consecutive ranges (split by layers), or every layer on each (split by tensors).
     const std::vector<LayerRange> &layer_ranges() const { return layer_ranges_; }
+    // Split by tensors: each instance's part of the model, and its routed experts' source.
+    bool tensor_split() const { return !shards_.empty(); }
+    const TensorShard &shard(size_t part) const { return *shards_.at(part); }
+    experts::ExpertSource &shard_experts(size_t part) { return *shard_experts_.at(part); }
 
   private:
     Model() = default;
-    // The CUDA backend: every range of layers to its device (ModelOptions::gpus).
+    // The CUDA backend: every range of layers, or every part, to its device (ModelOptions::gpus).
     void upload(const ModelOptions &opts);
+    // Split by tensors: the plan over n parts, and each part's weights.
+    void split_tensors(const ModelOptions &opts, uint32_t n);
     std::unique_ptr<gguf::File> file_;
     model::HParams hp_;
     model::ModelWeights weights_;
@@ -89,6 +106,8 @@ class Model {
     std::unique_ptr<experts::ExpertSource> resident_;
     std::vector<std::unique_ptr<DeviceWeights>> devices_;  // one per range of layers
     std::vector<LayerRange> layer_ranges_;
+    std::vector<std::unique_ptr<TensorShard>> shards_;  // split by tensors: one per part
+    std::vector<std::unique_ptr<experts::ExpertSource>> shard_experts_;
     std::vector<std::string> placement_log_;
 };
 
@@ -187,6 +206,7 @@ class Session {
 
     Model &model_;
     std::unique_ptr<LayerStages> stages_;
+    std::vector<TensorRank> ranks_;  // split by tensors: the stages' parts
     uint32_t chunk_;
     std::vector<float> logits_;
     std::vector<int32_t> tokens_;

@@ -133,7 +133,8 @@ int run(const Options &opt) {
                                        .streaming = opt.streaming,
                                        .layer_starts = opt.placement.layer_starts,
                                        .gpus = opt.placement.gpus,
-                                       .plan_ctx = std::max(opt.ctx_max, opt.ctx_alloc)});
+                                       .plan_ctx = std::max(opt.ctx_max, opt.ctx_alloc),
+                                       .split = opt.placement.split});
     });
     fmt::print(stderr, "{}", ds4::tools::startup_line("ds4-bench", opt.model, *model));
     ds4::tools::print_ssd_streaming_startup("ds4-bench", *model);

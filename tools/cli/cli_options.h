@@ -6,6 +6,7 @@
 
 #include "runtime/device_weights.h"
 #include "runtime/expert_streaming.h"
+#include "runtime/gpu_placement.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_prompt.h"
 
@@ -19,10 +20,11 @@ struct Options {
     int64_t n_predict = 50000;
     int threads = 0;
     runtime::Backend backend = runtime::Backend::Cpu;
-    std::vector<int> gpus;                     // --gpus
-    std::vector<uint32_t> layer_starts;        // --layer-split
-    runtime::StreamingModelOptions streaming;  // --ssd-streaming*
-    uint32_t chunk = 0;                        // 0: the backend's (runtime::default_chunk)
+    std::vector<int> gpus;                                // --gpus
+    std::vector<uint32_t> layer_starts;                   // --layer-split
+    runtime::GpuSplit split = runtime::GpuSplit::Layers;  // --split
+    runtime::StreamingModelOptions streaming;             // --ssd-streaming*
+    uint32_t chunk = 0;  // 0: the backend's (runtime::default_chunk)
     runtime::SamplerParams sampling;
     tokenizer::ThinkMode think = tokenizer::ThinkMode::kHigh;
     bool qat_sim = true;

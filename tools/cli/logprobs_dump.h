@@ -1,6 +1,6 @@
 #pragma once
-// `ds4 --dump-logprobs FILE` (docs/SURFACES.md 2.6): a greedy continuation with the top-k alternatives of
-// every step, as the reference engine's JSON, byte for byte in layout.
+// `ds4 --dump-logprobs FILE` (docs/SURFACES.md 2.6): a greedy continuation with the top-k
+// alternatives of every step, as the reference engine's JSON, byte for byte in layout.
 #include <cstdint>
 #include <span>
 #include <string>

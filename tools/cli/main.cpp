@@ -136,7 +136,8 @@ int run(Options opt, const Request &req) {
                                        .streaming = opt.streaming,
                                        .layer_starts = opt.layer_starts,
                                        .gpus = opt.gpus,
-                                       .plan_ctx = opt.ctx});
+                                       .plan_ctx = opt.ctx,
+                                       .split = opt.split});
     });
     fmt::print(stderr, "{}", ds4::tools::startup_line("ds4", opt.model, *model));
     ds4::tools::print_ssd_streaming_startup("ds4", *model);
@@ -307,6 +308,7 @@ int ds4_main(int argc, char **argv) {
     opt.backend = backend.backend();
     opt.gpus = backend.placement().gpus;
     opt.layer_starts = backend.placement().layer_starts;
+    opt.split = backend.placement().split;
     opt.streaming = ssd.options(opt.backend, opt.model);
     opt.think = nothink     ? ds4::tokenizer::ThinkMode::kNone
                 : think_max ? ds4::tokenizer::ThinkMode::kMax

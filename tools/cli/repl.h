@@ -1,6 +1,6 @@
 #pragma once
-// Interactive multi-turn chat (docs/SURFACES.md 2.8): one live session whose KV cache carries over from
-// turn to turn, so each turn prefills only its new tokens.
+// Interactive multi-turn chat (docs/SURFACES.md 2.8): one live session whose KV cache carries over
+// from turn to turn, so each turn prefills only its new tokens.
 #include "cli_options.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"

@@ -1,7 +1,7 @@
 #pragma once
-// Turns generated token ids into the CLI's stdout text (docs/SURFACES.md 2.4): UTF-8 safe across tokens,
-// <think>/</think> and EOS not printed, reasoning in grey on a terminal, a newline after the
-// reasoning when it did not end with one.
+// Turns generated token ids into the CLI's stdout text (docs/SURFACES.md 2.4): UTF-8 safe across
+// tokens, <think>/</think> and EOS not printed, reasoning in grey on a terminal, a newline after
+// the reasoning when it did not end with one.
 #include <cstdint>
 #include <string>
 

@@ -69,6 +69,13 @@ LayerPlacement BackendFlags::placement() const {
                     "0; got {}",
                     quoted_arg(layer_split)));
     }
+    if (split == "tensors") {
+        p.split = runtime::GpuSplit::Tensors;
+        if (p.gpus.size() < 2)
+            throw UsageError("--split tensors: name two or more GPUs with --gpus");
+        if (!p.layer_starts.empty())
+            throw UsageError("--split tensors and --layer-split: give one");
+    }
     return p;
 }
 
@@ -94,6 +101,13 @@ void add_backend_options(CLI::App &app, BackendFlags &flags) {
                    "for the context is smallest, unless --layer-split gives them; a device may "
                    "be named twice. Not with --ssd-streaming")
         ->type_name("LIST");
+    app.add_option("--split", flags.split,
+                   "How --gpus share the model: layers (the default: each GPU a range of whole "
+                   "layers, for a model larger than one GPU) or tensors (every GPU its heads, "
+                   "expert hidden columns and vocabulary rows of every layer and a copy of the "
+                   "attention state, each sublayer's partial outputs added; for speed once the "
+                   "sums run on the devices, see docs/MULTI_GPU.md)")
+        ->check(CLI::IsMember({"layers", "tensors"}));
     app.add_option("--layer-split", flags.layer_split,
                    "Where the ranges of layers of --gpus start, e.g. 21 (layers 0-20 and 21-): "
                    "one number per device after the first. On the CPU backend the ranges run one "

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/device_weights.h"
+#include "runtime/gpu_placement.h"
 
 namespace ds4::tools {
 
@@ -18,6 +19,7 @@ namespace ds4::tools {
 struct LayerPlacement {
     std::vector<int> gpus;
     std::vector<uint32_t> layer_starts;
+    runtime::GpuSplit split = runtime::GpuSplit::Layers;
 };
 
 struct BackendFlags {
@@ -25,12 +27,14 @@ struct BackendFlags {
     std::string name;         // --backend NAME; "" when not given
     std::string gpus;         // --gpus LIST
     std::string layer_split;  // --layer-split LIST
+    std::string split;        // --split layers|tensors
 
     // The backend the flags name: cpu when none is given. Throws UsageError when they name two
     // (e.g. --cpu --cuda, --backend cpu --cuda, --cpu --gpus 0,1).
     runtime::Backend backend() const;
-    // --gpus and --layer-split as lists. Throws UsageError for an entry that is not a number, a
-    // device ordinal above 1023, or split layers that are 0 or not ascending.
+    // --gpus, --layer-split and --split. Throws UsageError for an entry that is not a number, a
+    // device ordinal above 1023, split layers that are 0 or not ascending, --split tensors
+    // without two or more --gpus or with --layer-split.
     LayerPlacement placement() const;
 };
 

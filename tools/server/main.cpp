@@ -276,7 +276,8 @@ int server_main(int argc, char **argv) {
              .streaming = streaming,
              .layer_starts = placement.layer_starts,
              .gpus = placement.gpus,
-             .plan_ctx = uint32_t(std::min<uint64_t>(opt.ctx, UINT32_MAX))});
+             .plan_ctx = uint32_t(std::min<uint64_t>(opt.ctx, UINT32_MAX)),
+             .split = placement.split});
     });
     fmt::print(stderr, "{}", ds4::tools::startup_line(kTool, opt.model, *model));
     ds4::tools::print_ssd_streaming_startup(kTool, *model);

@@ -91,6 +91,7 @@ int test_main(int argc, char **argv) {
     opt.backend = backend.backend();
     opt.gpus = backend.placement().gpus;
     opt.layer_starts = backend.placement().layer_starts;
+    opt.split = backend.placement().split;
     opt.streaming = ssd.options(opt.backend, opt.model);
     opt.streaming.popularity_file.clear();  // per model, in TestEnv::load_model
     if (ssd.cache_dir_opt->count() > 0) opt.streaming_cache_dir = ssd.cache_dir;

@@ -41,6 +41,7 @@ std::unique_ptr<runtime::Model> TestEnv::load_model(const std::string &path,
     if (backend == runtime::Backend::Cuda) {
         mo.gpus = opts_.gpus;
         mo.layer_starts = opts_.layer_starts;
+        mo.split = opts_.split;
     }
     if (opts_.streaming.enabled && backend == runtime::Backend::Cpu) {
         mo.streaming = opts_.streaming;

@@ -27,9 +27,11 @@ struct TestOptions {
     int threads = 0;                // 0 = all cores
     // The backend the modes' models run on (--backend); --backend-parity runs both.
     runtime::Backend backend = runtime::Backend::Cpu;
-    // --gpus, --layer-split: where the CUDA models' layers go (the CPU models' stay whole).
+    // --gpus, --layer-split, --split: where the CUDA models' layers go (the CPU models' stay
+    // whole).
     std::vector<int> gpus;
     std::vector<uint32_t> layer_starts;
+    runtime::GpuSplit split = runtime::GpuSplit::Layers;
     // --ssd-streaming*: the CPU models of the modes stream their routed experts (the popularity
     // is kept only under --ssd-streaming-cache-dir when given).
     runtime::StreamingModelOptions streaming;

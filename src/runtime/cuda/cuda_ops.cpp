@@ -1512,11 +1512,23 @@ void CudaOps::flush_moe_sum() {
 }
 
 void CudaOps::write(const float *host, size_t n, float *x) {
-    if (n > handed_floats_)
-        throw Error(
-            fmt::format("internal: {} floats handed to a stage that takes {}", n, handed_floats_));
-    // As the tokens in begin_batch: the staging is free (the previous batch ended in read(),
-    // which waits for the stream), and a replayed step's captured copy reads it.
+    if (n > handed_floats_) {
+        // A later stage's staging is made with the session (its write is inside a captured
+        // step); a part of a tensor split writes its sums after a read, which ends the capture.
+        if (capturing())
+            throw Error(
+                fmt::format("internal: {} floats written during a capture into a staging "
+                            "of {}",
+                            n, handed_floats_));
+        if (handed_host_) DS4_CUDA_CHECK(cudaFreeHost(handed_host_));
+        handed_host_ = nullptr;
+        handed_floats_ = 0;
+        DS4_CUDA_CHECK(cudaMallocHost(&handed_host_, n * sizeof(float)));
+        handed_floats_ = n;
+    }
+    // As the tokens in begin_batch: the staging is free (the previous write's copy is done: a
+    // read(), which waits for the stream, came between), and a replayed step's captured copy
+    // reads it.
     std::copy(host, host + n, handed_host_);
     if (replaying(kWriteOp, {reinterpret_cast<uintptr_t>(x), n})) return;
     DS4_CUDA_CHECK(cudaMemcpyAsync(x, handed_host_, n * sizeof(float), cudaMemcpyHostToDevice, s_));
