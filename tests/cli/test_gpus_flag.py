@@ -1,4 +1,4 @@
-"""--gpus LIST and --layer-split LIST in ds4, ds4-bench, ds4-test and ds4-server (tools/common/backend_option.h,
+"""--gpus LIST, --layer-split LIST and --split layers|tensors in ds4, ds4-bench, ds4-test and ds4-server (tools/common/backend_option.h,
 docs/CLI.md "Several GPUs").
 
 Malformed lists, --gpus with --cpu, and split layers that are 0 or not ascending are bad usage (exit 2, one
@@ -48,6 +48,10 @@ def one_line_failure(name, p, code, *words):
     (["--layer-split", "0"], ["--layer-split", "ascending and above 0"]),
     (["--layer-split", "3,2"], ["--layer-split", "ascending and above 0"]),
     (["--layer-split", "2,x"], ["--layer-split", "separated by commas"]),
+    (["--split", "tensors"], ["--split tensors: name two or more GPUs"]),
+    (["--split", "tensors", "--gpus", "0"], ["--split tensors: name two or more GPUs"]),
+    (["--split", "tensors", "--gpus", "0,1", "--layer-split", "2"], ["--split tensors and --layer-split"]),
+    (["--split", "rows"], ["--split"]),
 ])
 def test_malformed_placement_is_a_usage_error(tool, tiny, name, flags, words):
     args = {"ds4": ["-m", tiny, "-p", "x", "-n", "1"], "ds4-bench": ["-m", tiny, "--prompt-file", TEXT],
@@ -88,3 +92,4 @@ def test_help_lists_the_placement_flags(tool, name):
     p = run(tool, name, "--help")
     assert p.returncode == 0
     assert "--gpus LIST" in p.stdout and "--layer-split LIST" in p.stdout, p.stdout
+    assert "--split" in p.stdout and "layers,tensors" in p.stdout, p.stdout
