@@ -45,12 +45,19 @@ void add_outputs(std::span<Part> parts, size_t count, std::vector<float> &sum,
     if (parts.size() == 1) return;
     sum.resize(count);
     one.resize(count);
+    // Every read before any write: a write's host staging is free once its stream has been
+    // waited for, which a read does.
+    parts[0].ops->activate();
     parts[0].ops->read(parts[0].Y, count, sum.data());
     for (size_t i = 1; i < parts.size(); ++i) {
+        parts[i].ops->activate();
         parts[i].ops->read(parts[i].Y, count, one.data());
         for (size_t j = 0; j < count; ++j) sum[j] += one[j];
     }
-    for (Part &p : parts) p.ops->write(sum.data(), count, p.Y);
+    for (Part &p : parts) {
+        p.ops->activate();
+        p.ops->write(sum.data(), count, p.Y);
+    }
 }
 
 // Layers [begin, end) of DeepSeek V4 (docs/MODEL.md 4.8) over the parts in lock step: each
@@ -62,6 +69,7 @@ void run_layers(std::span<Part> parts, uint32_t begin, uint32_t end, int64_t n) 
     for (uint32_t il = begin; il < end; ++il) {
         for (Part &p : parts) {
             const model::LayerWeights &L = p.w->layers[il];
+            p.ops->activate();
             p.ops->hc_pre({L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base}, p.X, n, p.mix, p.x_in);
             p.ops->rms_norm(p.x_in, L.attn_norm, p.XN, n, E);
             attention_sublayer(*p.ops, *p.hp, L, il, p.XN, n, p.Y);
@@ -69,13 +77,17 @@ void run_layers(std::span<Part> parts, uint32_t begin, uint32_t end, int64_t n) 
         add_outputs(parts, size_t(n) * E, sum, one);
         for (Part &p : parts) {
             const model::LayerWeights &L = p.w->layers[il];
+            p.ops->activate();
             p.ops->hc_post(p.mix, p.Y, n, p.X);
             p.ops->hc_pre({L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base}, p.X, n, p.mix, p.x_in);
             p.ops->rms_norm(p.x_in, L.ffn_norm, p.XN, n, E);
             moe_sublayer(*p.ops, *p.hp, L, il, p.XN, n, p.Y);
         }
         add_outputs(parts, size_t(n) * E, sum, one);
-        for (Part &p : parts) p.ops->hc_post(p.mix, p.Y, n, p.X);
+        for (Part &p : parts) {
+            p.ops->activate();
+            p.ops->hc_post(p.mix, p.Y, n, p.X);
+        }
     }
 }
 
@@ -85,6 +97,7 @@ void head_logits(Part &p, int64_t n, uint64_t v0, std::vector<float> &logits) {
     const uint32_t E = hp.n_embd;
     const size_t width = size_t(hp.n_hc) * E, rows = p.w->output->ne[1];
     Ops &ops = *p.ops;
+    ops.activate();
     float *head = ops.buffer(E), *normed = ops.buffer(E), *out = ops.buffer(rows);
     ops.hc_head(p.X + (n - 1) * width, head);
     ops.rms_norm(head, p.w->output_norm, normed, 1, E);
@@ -164,7 +177,10 @@ void forward_tensor_split(std::span<const TensorRank> ranks, const model::HParam
             ++begun;
         }
         run_layers(parts, 0, hp.n_layer, n);
-        for (Part &p : parts) p.ops->end_batch();
+        for (Part &p : parts) {
+            p.ops->activate();
+            p.ops->end_batch();
+        }
         logits.resize(hp.n_vocab);
         for (size_t i = 0; i < parts.size(); ++i)
             head_logits(parts[i], n, ranks[i].vocab_begin, logits);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 
 #include "common/error.h"
 #include "gguf/ggml_type.h"
@@ -49,27 +50,33 @@ struct Cut {
     uint64_t unit = 1;
 };
 
+// The unit of the expert hidden width: a block of every down projection's format, routed and
+// shared, in every layer (their least common multiple), so that every layer's routed and shared
+// experts are cut at the same columns and no block of any of them is cut.
+uint64_t expert_unit(const model::ModelWeights &w) {
+    uint64_t unit = 1;
+    for (const model::LayerWeights &L : w.layers)
+        for (model::Tensor down : {L.ffn_down_exps, L.ffn_down_shexp})
+            if (down) unit = std::lcm(unit, uint64_t{ggml_type_info(down->type).block_elems});
+    return unit;
+}
+
 Cut tensor_cut(const model::HParams &hp, const model::ModelWeights &w, const model::TensorSpec &s) {
     const std::string x = suffix_of(s);
     const uint64_t heads_per_group = hp.n_head / hp.n_out_group;
-    auto down_block = [&](model::Tensor down) {
-        return uint64_t{ggml_type_info(down->type).block_elems};
-    };
     if (s.layer < 0) {
         if (x == "output.weight") return {ShardAxis::Rows, 1};  // vocabulary rows
         return {};
     }
-    const model::LayerWeights &L = w.layers.at(static_cast<size_t>(s.layer));
     if (x == "attn_q_b.weight") return {ShardAxis::Rows, heads_per_group * hp.head_dim};
     if (x == "attn_sinks.weight") return {ShardAxis::Columns, heads_per_group};
     if (x == "attn_output_a.weight") return {ShardAxis::Rows, hp.o_lora_rank};
     if (x == "attn_output_b.weight") return {ShardAxis::Columns, hp.o_lora_rank};
-    if (x == "ffn_gate_exps.weight" || x == "ffn_up_exps.weight")
-        return {ShardAxis::Rows, down_block(L.ffn_down_exps)};
-    if (x == "ffn_down_exps.weight") return {ShardAxis::Columns, down_block(L.ffn_down_exps)};
-    if (x == "ffn_gate_shexp.weight" || x == "ffn_up_shexp.weight")
-        return {ShardAxis::Rows, down_block(L.ffn_down_shexp)};
-    if (x == "ffn_down_shexp.weight") return {ShardAxis::Columns, down_block(L.ffn_down_shexp)};
+    if (x == "ffn_gate_exps.weight" || x == "ffn_up_exps.weight" || x == "ffn_gate_shexp.weight" ||
+        x == "ffn_up_shexp.weight")
+        return {ShardAxis::Rows, expert_unit(w)};
+    if (x == "ffn_down_exps.weight" || x == "ffn_down_shexp.weight")
+        return {ShardAxis::Columns, expert_unit(w)};
     return {};
 }
 

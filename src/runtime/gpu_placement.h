@@ -10,13 +10,14 @@
 //           per range. For models larger than one card.
 //   Tensors (tensor parallel, for decode speed): each GPU reads 1/N of every large matrix and
 //           does 1/N of the heads and of every expert's hidden width; the partial sums of each
-//           sublayer's output projection meet in one all-reduce. Small tensors (norms, the
+//           sublayer's output projection are added (runtime/forward.cpp). Small tensors (norms, the
 //           hyper-connection mixers, q_a / kv, the compressors and indexer, the router) are
 //           copied to every GPU, and so is each layer's attention state (one KV head, which every
 //           GPU's heads read).
 // Shards follow units that keep the math per GPU whole: an output group of heads for the
-// attention (q_b rows, sinks, output_a rows, output_b columns), a block of the down projection's
-// format for the expert hidden width (gate/up rows, down columns, so no block is cut), a row of
+// attention (q_b rows, sinks, output_a rows, output_b columns), a block of every down
+// projection's format for the expert hidden width (gate/up rows, down columns: the least common
+// multiple over the routed and shared downs of every layer, so no block is cut), a row of
 // the vocabulary for the head. Units are dealt as evenly as they divide: GPU g of N gets units
 // [U g / N, U (g + 1) / N), which may be empty when there are fewer units than GPUs.
 #include <cstdint>

@@ -38,7 +38,8 @@ LayerStages::LayerStages(const model::HParams &hp, std::vector<Stage> stages, bo
     uint32_t next = 0;
     for (const Stage &s : stages_) {
         if (parts_) next = 0;  // each part runs every layer
-        if (!s.ops || s.layers.begin != next || s.layers.end <= s.layers.begin)
+        if (!s.ops || s.layers.begin != next || s.layers.end <= s.layers.begin ||
+            (parts_ && s.layers.end != hp.n_layer))
             throw Error(fmt::format("internal: stage of layers [{}, {}) after layer {}",
                                     s.layers.begin, s.layers.end, next));
         if (s.ops->ctx() != ctx() || s.ops->n_past() != n_past())

@@ -69,6 +69,14 @@ class Ops {
     // A step threw: let go at once of what it holds that another session of the model may need
     // (a streamed pass's device slots, an open graph capture). Never throws.
     virtual void abort_step() noexcept {}
+    // The operations that follow, up to another backend's, are this one's: a backend on one of
+    // several devices makes its device current (the parts of a tensor split take turns within a
+    // step; runtime/forward.cpp).
+    virtual void activate() {}
+    // The model order interleaves this backend's steps with other backends' (the parts of a
+    // tensor split): a backend that would capture a step to replay it runs its operations as
+    // they come instead.
+    virtual void interleaved() {}
 
     // X (n x n_hc x n_embd): every stream of every token starts as its embedding.
     virtual void embed(float *X) = 0;

@@ -33,6 +33,9 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
     m->layer_ranges_ = split_layers(m->hp_.n_layer, opts.layer_starts);
     if (!opts.gpus.empty() && opts.backend != Backend::Cuda)
         throw Error("a list of GPUs needs the CUDA backend");
+    for (int g : opts.gpus)
+        if (g < 0 || g > kMaxCudaOrdinal)
+            throw Error(fmt::format("GPU {}: device ordinals are 0 to {}", g, kMaxCudaOrdinal));
     if (opts.tensor_ranks != 0 && (opts.backend != Backend::Cpu || opts.split != GpuSplit::Tensors))
         throw Error("tensor ranks are the CPU backend's tensor split");
     if (opts.split == GpuSplit::Tensors) {
@@ -93,15 +96,15 @@ void Model::split_tensors(const ModelOptions &opts, uint32_t n) {
     layer_ranges_.assign(n, LayerRange{0, hp_.n_layer});
     for (uint32_t r = 0; r < n; ++r) {
         shards_.push_back(std::make_unique<TensorShard>(hp_, weights_, plan, r));
-        shard_experts_.push_back(experts::make_resident_source(shards_.back()->weights()));
+        // The CPU computes from the parts; on CUDA they are uploaded, then freed.
+        if (opts.backend == Backend::Cpu)
+            shard_experts_.push_back(experts::make_resident_source(shards_.back()->weights()));
     }
     if (opts.backend == Backend::Cuda) check_devices_fit(plan, opts.gpus);
 }
 
 void Model::upload(const ModelOptions &opts) {
     const std::vector<int> gpus = opts.gpus.empty() ? std::vector<int>{0} : opts.gpus;
-    for (int g : gpus)
-        if (g < 0) throw Error(fmt::format("GPU {}: device ordinals are 0 or more", g));
     if (!opts.layer_starts.empty() && layer_ranges_.size() != gpus.size())
         throw Error(fmt::format("{} ranges of layers for {} GPU(s): name one GPU per range",
                                 layer_ranges_.size(), gpus.size()));
@@ -130,10 +133,11 @@ void Model::upload(const ModelOptions &opts) {
     for (size_t i = 0; i < layer_ranges_.size(); ++i) {
         const LayerRange r = layer_ranges_[i];
         try {
-            if (tensor_split())  // the part's weights, every layer
+            if (tensor_split()) {  // the part's weights, every layer
                 devices_.push_back(upload_to_cuda(shards_[i]->hparams(), shards_[i]->weights(),
                                                   progress, nullptr, {gpus[i], {}}));
-            else
+                shards_[i]->release_bytes();
+            } else
                 devices_.push_back(upload_to_cuda(
                     hp_, weights_, progress, opts.streaming.enabled ? &ds : nullptr, {gpus[i], r}));
         } catch (const Error &e) {
@@ -187,9 +191,11 @@ Session::Session(Model &model, const SessionOptions &opts)
         else
             s.ops = std::make_unique<CpuOps>(model.hparams(), model.weights(), model.pool(),
                                              model.experts(), opts.forward, opts.ctx, f16, range);
-        if (parts)
+        if (parts) {
+            s.ops->interleaved();
             ranks_.push_back({s.ops.get(), &model.shard(i).hparams(), &model.shard(i).weights(),
                               model.shard(i).vocab_begin()});
+        }
     }
     stages_ = std::make_unique<LayerStages>(model.hparams(), std::move(stages), f16, parts);
     points_[0] = {stages_->save_tail(), {}};
@@ -208,6 +214,11 @@ uint64_t Session::kv_bytes_for(const model::HParams &hp, const SessionOptions &o
     for (uint32_t il = 0; il < hp.n_layer; ++il)
         b += layer_state_bytes(hp, il, ring, opts.ctx, elem);
     return b;
+}
+
+uint64_t Session::kv_bytes_for(const Model &model, const SessionOptions &opts) {
+    const uint64_t copies = model.tensor_split() ? model.layer_ranges().size() : 1;
+    return copies * kv_bytes_for(model.hparams(), opts, model.backend());
 }
 
 const std::vector<float> &Session::eval(std::span<const int32_t> tokens,

@@ -119,6 +119,8 @@ inline constexpr uint32_t kCpuDefaultChunk = 256, kCudaDefaultChunk = 1024;
 // What a CUDA device needs besides the weights and the attention state when a placement over
 // several is checked: a session's batch scratch, the CUDA context (the upload keeps as much).
 inline constexpr uint64_t kCudaSessionHeadroom = uint64_t(2) << 30;
+// The largest CUDA device ordinal ModelOptions::gpus takes (--gpus: 0 to 1023).
+inline constexpr int kMaxCudaOrdinal = 1023;
 uint32_t default_chunk(Backend backend);
 
 struct SessionOptions {
@@ -154,6 +156,10 @@ class Session {
     // The CUDA backend keeps rows as f32 values (of their f16 rounding when rows are rounded).
     static uint64_t kv_bytes_for(const model::HParams &hp, const SessionOptions &opts,
                                  Backend backend = Backend::Cpu);
+    // The same for a session over `model` as loaded: its backend, and with the model split by
+    // tensors a copy of the attention state in every part (a layer split holds each layer's
+    // once).
+    static uint64_t kv_bytes_for(const Model &model, const SessionOptions &opts);
 
     // A copy of the session's state: the backend's attention state, the logits and the tokens.
     struct Snapshot {

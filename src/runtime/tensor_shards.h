@@ -38,6 +38,9 @@ class TensorShard {
     // The bytes of the sharded tensors' parts (copies) and of the whole tensors (the file's).
     uint64_t shard_bytes() const { return shard_bytes_; }
     uint64_t whole_bytes() const { return whole_bytes_; }
+    // Frees the copies of the sharded tensors once they are on a device (their data pointers
+    // become null; the infos stay, as the device copy's keys and shapes).
+    void release_bytes();
 
   private:
     model::HParams hp_;

@@ -198,6 +198,10 @@ TEST(GpuPlacement, TensorSplitDealsUnitsAsEvenlyAsTheyDivide) {
     EXPECT_EQ(ranges(p3, "blk.7.attn_output_b.weight"), (std::vector<uint64_t>{2048, 3072, 3072}));
     EXPECT_EQ(ranges(p3, "blk.7.ffn_down_exps.weight"), (std::vector<uint64_t>{512, 768, 768}));
     EXPECT_EQ(ranges(p3, "blk.7.ffn_up_exps.weight"), (std::vector<uint64_t>{512, 768, 768}));
+    // The shared expert (Q8_0, blocks of 32) is cut where the routed ones (blocks of 256) are,
+    // so that every GPU's routed and shared hidden widths are equal.
+    EXPECT_EQ(ranges(p3, "blk.7.ffn_down_shexp.weight"), (std::vector<uint64_t>{512, 768, 768}));
+    EXPECT_EQ(ranges(p3, "blk.7.ffn_gate_shexp.weight"), (std::vector<uint64_t>{512, 768, 768}));
     EXPECT_EQ(ranges(p3, "output.weight"), (std::vector<uint64_t>{43093, 43093, 43094}));
     const GpuPlacement p16 = plan_gpu_placement(q2.hp, q2.w, GpuSplit::Tensors, 16, 4096, 1);
     const auto q_b = ranges(p16, "blk.0.attn_q_b.weight");

@@ -182,6 +182,8 @@ TEST(TensorSplit, SessionsOverParts) {
     const auto prompt = test::made_up_prompt(40, 101, 7);
     EXPECT_EQ(argmax(a.eval(prompt)), argmax(b.eval(prompt)));
     EXPECT_EQ(b.kv_bytes(), 2 * a.kv_bytes());  // each part holds the attention state
+    EXPECT_EQ(Session::kv_bytes_for(*split, so), b.kv_bytes());  // what the tools check first
+    EXPECT_EQ(Session::kv_bytes_for(*whole, so), a.kv_bytes());
     for (int step = 0; step < 24; ++step) {
         const int32_t t = argmax(a.logits());
         ASSERT_EQ(argmax(a.eval(std::span(&t, 1))), argmax(b.eval(std::span(&t, 1))))

@@ -170,7 +170,7 @@ int run(Options opt, const Request &req) {
     {
         ds4::runtime::Session probe(*model, so);
         // The check above used the computed size; the allocation must be that size.
-        const uint64_t computed = ds4::runtime::Session::kv_bytes_for(hp, so, model->backend());
+        const uint64_t computed = ds4::runtime::Session::kv_bytes_for(*model, so);
         if (probe.kv_bytes() != computed)
             throw ds4::Error(fmt::format("internal: KV cache of {} bytes, {} computed beforehand",
                                          probe.kv_bytes(), computed));

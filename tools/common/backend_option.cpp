@@ -8,6 +8,7 @@
 #include "cli_app.h"
 #include "common/error.h"
 #include "exit_codes.h"
+#include "runtime/session.h"
 
 namespace ds4::tools {
 
@@ -59,7 +60,8 @@ std::vector<uint32_t> number_list(const std::string &flag, const std::string &te
 LayerPlacement BackendFlags::placement() const {
     LayerPlacement p;
     if (!gpus.empty())
-        for (uint32_t g : number_list("--gpus", gpus, 1023, "0,1")) p.gpus.push_back(int(g));
+        for (uint32_t g : number_list("--gpus", gpus, runtime::kMaxCudaOrdinal, "0,1"))
+            p.gpus.push_back(int(g));
     if (!layer_split.empty()) {
         p.layer_starts = number_list("--layer-split", layer_split, 1u << 20, "21");
         for (size_t i = 0; i < p.layer_starts.size(); ++i)

@@ -93,8 +93,11 @@ std::unique_ptr<runtime::Model> load_model(const std::string &tool, const std::s
     const size_t n_ranges = model->layer_ranges().size();
     uint64_t bytes = 0;
     for (size_t i = 0; i < n_ranges; ++i) bytes += model->device(i)->bytes();
-    meter.done(bytes, n_ranges > 1 ? fmt::format("{} ranges of layers on CUDA devices", n_ranges)
-                                   : model->device()->device_name());
+    const std::string where = n_ranges == 1 ? model->device()->device_name()
+                              : model->tensor_split()
+                                  ? fmt::format("{} parts of the model on CUDA devices", n_ranges)
+                                  : fmt::format("{} ranges of layers on CUDA devices", n_ranges);
+    meter.done(bytes, where);
     for (const std::string &line : model->placement_log())
         fmt::print(stderr, "{}: {}\n", tool, line);
     return model;

@@ -24,8 +24,10 @@ std::string backend_text(runtime::Model &model) {
             if (static_cast<unsigned char>(c) < 0x20) c = ' ';
         names += (i ? ", " : "") + name;
     }
-    return text + (n > 1 ? fmt::format(" ({} ranges of layers: {})", n, names)
-                         : fmt::format(" ({})", names));
+    if (n == 1) return text + fmt::format(" ({})", names);
+    return text + fmt::format(" ({} {}: {})", n,
+                              model.tensor_split() ? "parts split by tensors" : "ranges of layers",
+                              names);
 }
 
 }  // namespace

@@ -357,8 +357,7 @@ int server_main(int argc, char **argv) {
         return ds4::tools::kExitFailure;
     }
     fmt::print(stderr, "{}: context {} tokens, KV cache {:.2f} MiB x {} slot{}, queue {}\n", kTool,
-               engine.ctx(),
-               ds4::runtime::Session::kv_bytes_for(hp, so, model->backend()) / 1048576.0,
+               engine.ctx(), ds4::runtime::Session::kv_bytes_for(*model, so) / 1048576.0,
                opt.parallel, opt.parallel == 1 ? "" : "s", opt.queue);
     if (opt.rewind_interval)
         fmt::print(

@@ -499,6 +499,10 @@ void CudaOps::settle_branch() {
     DS4_CUDA_CHECK(cudaStreamWaitEvent(main_, branch_end_, 0));
 }
 
+void CudaOps::activate() {
+    DS4_CUDA_CHECK(cudaSetDevice(device_));
+}
+
 void CudaOps::begin_batch(std::span<const int32_t> tokens) {
     // The batch's operations run on this session's device (the model order runs one stage's
     // batch, begin_batch to read, before the next stage's).

@@ -70,6 +70,10 @@ class CudaOps final : public Ops {
     // Joins the side stream, drops a capture an exception left open and a streamed pass whose
     // kernels never ran (also at the start of every batch).
     void abort_step() noexcept override;
+    void activate() override;
+    // No decode graphs: a part of a tensor split reads its partial sums in the middle of a step,
+    // while the other parts' steps are enqueued (overlapping captures on one thread).
+    void interleaved() override { use_graphs_ = false; }
 
     void embed(float *X) override;
     void linear(model::Tensor w, const float *X, float *Y, int64_t m) override;
