@@ -96,12 +96,13 @@ void add_backend_options(CLI::App &app, BackendFlags &flags) {
                  "device; exits 1 when this build has no CUDA backend or no device answers");
     app.add_flag("--cpu", flags.cpu, "CPU backend (= --backend cpu, the default)");
     app.add_option("--gpus", flags.gpus,
-                   "CUDA devices to split the layers over, e.g. 0,1 (implies --cuda): each holds "
-                   "a range of whole layers and their attention state, the token states pass "
-                   "from one to the next (a model larger than one GPU; not faster than one GPU "
-                   "that holds it all). The ranges are planned so that the largest device share "
-                   "for the context is smallest, unless --layer-split gives them; a device may "
-                   "be named twice. Not with --ssd-streaming")
+                   "CUDA devices to split the model over, e.g. 0,1 (implies --cuda). With "
+                   "--split layers (the default) each holds a range of whole layers and their "
+                   "attention state, the token states pass from one to the next (a model larger "
+                   "than one GPU; not faster than one GPU that holds it all); the ranges are "
+                   "planned so that the largest device share for the context is smallest, unless "
+                   "--layer-split gives them. A device may be named twice. Not with "
+                   "--ssd-streaming")
         ->type_name("LIST");
     app.add_option("--split", flags.split,
                    "How --gpus share the model: layers (the default: each GPU a range of whole "
