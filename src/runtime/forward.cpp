@@ -66,10 +66,15 @@ void add_outputs(std::span<Part> parts, size_t count, std::vector<float> &sum,
 void run_layers(std::span<Part> parts, uint32_t begin, uint32_t end, int64_t n) {
     const uint32_t E = parts[0].hp->n_embd;
     std::vector<float> sum, one;
+    // Parts take turns within a step, each on its own device; one part's batch runs on the
+    // device its begin_batch made current.
+    const auto activate = [&](Part &p) {
+        if (parts.size() > 1) p.ops->activate();
+    };
     for (uint32_t il = begin; il < end; ++il) {
         for (Part &p : parts) {
             const model::LayerWeights &L = p.w->layers[il];
-            p.ops->activate();
+            activate(p);
             p.ops->hc_pre({L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base}, p.X, n, p.mix, p.x_in);
             p.ops->rms_norm(p.x_in, L.attn_norm, p.XN, n, E);
             attention_sublayer(*p.ops, *p.hp, L, il, p.XN, n, p.Y);
@@ -77,7 +82,7 @@ void run_layers(std::span<Part> parts, uint32_t begin, uint32_t end, int64_t n) 
         add_outputs(parts, size_t(n) * E, sum, one);
         for (Part &p : parts) {
             const model::LayerWeights &L = p.w->layers[il];
-            p.ops->activate();
+            activate(p);
             p.ops->hc_post(p.mix, p.Y, n, p.X);
             p.ops->hc_pre({L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base}, p.X, n, p.mix, p.x_in);
             p.ops->rms_norm(p.x_in, L.ffn_norm, p.XN, n, E);
@@ -85,7 +90,7 @@ void run_layers(std::span<Part> parts, uint32_t begin, uint32_t end, int64_t n) 
         }
         add_outputs(parts, size_t(n) * E, sum, one);
         for (Part &p : parts) {
-            p.ops->activate();
+            activate(p);
             p.ops->hc_post(p.mix, p.Y, n, p.X);
         }
     }
@@ -97,7 +102,6 @@ void head_logits(Part &p, int64_t n, uint64_t v0, std::vector<float> &logits) {
     const uint32_t E = hp.n_embd;
     const size_t width = size_t(hp.n_hc) * E, rows = p.w->output->ne[1];
     Ops &ops = *p.ops;
-    ops.activate();
     float *head = ops.buffer(E), *normed = ops.buffer(E), *out = ops.buffer(rows);
     ops.hc_head(p.X + (n - 1) * width, head);
     ops.rms_norm(head, p.w->output_norm, normed, 1, E);
@@ -182,8 +186,10 @@ void forward_tensor_split(std::span<const TensorRank> ranks, const model::HParam
             p.ops->end_batch();
         }
         logits.resize(hp.n_vocab);
-        for (size_t i = 0; i < parts.size(); ++i)
+        for (size_t i = 0; i < parts.size(); ++i) {
+            parts[i].ops->activate();
             head_logits(parts[i], n, ranks[i].vocab_begin, logits);
+        }
     } catch (...) {
         for (size_t i = 0; i < begun; ++i) parts[i].ops->abort_step();
         throw;
