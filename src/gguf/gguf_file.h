@@ -35,6 +35,12 @@ struct TensorInfo {
     const uint8_t *data = nullptr;  // into the mapping
 
     uint64_t dim(size_t i) const { return i < ne.size() ? ne[i] : 1; }
+    // The matrices of ne[0] x ne[1] it holds (the experts of a 3-D tensor; 1 for a matrix).
+    uint64_t planes() const {
+        uint64_t p = 1;
+        for (size_t i = 2; i < ne.size(); ++i) p *= ne[i];
+        return p;
+    }
     uint64_t row_bytes() const { return ggml_row_bytes(type, ne.empty() ? 1 : ne[0]); }
     std::string shape_string() const;  // "[4096, 1024]"
 };

@@ -24,12 +24,6 @@ std::string suffix_of(const model::TensorSpec &s) {
     return s.name.substr(s.name.find('.', 4) + 1);
 }
 
-uint64_t planes_of(const gguf::TensorInfo &t) {
-    uint64_t planes = 1;
-    for (size_t i = 2; i < t.ne.size(); ++i) planes *= t.ne[i];
-    return planes;
-}
-
 // Bytes of rows [begin, end) (ne[1]) or columns [begin, end) (ne[0]) of t, every plane.
 uint64_t part_bytes(const gguf::TensorInfo &t, ShardAxis axis, uint64_t begin, uint64_t end) {
     if (end <= begin) return 0;
@@ -37,9 +31,9 @@ uint64_t part_bytes(const gguf::TensorInfo &t, ShardAxis axis, uint64_t begin, u
         case ShardAxis::Whole:
             return t.n_bytes;
         case ShardAxis::Rows:
-            return (end - begin) * t.row_bytes() * planes_of(t);
+            return (end - begin) * t.row_bytes() * t.planes();
         case ShardAxis::Columns:
-            return t.dim(1) * planes_of(t) * ggml_row_bytes(t.type, end - begin);
+            return t.dim(1) * t.planes() * ggml_row_bytes(t.type, end - begin);
     }
     return 0;
 }

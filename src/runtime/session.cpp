@@ -38,20 +38,19 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelOptions &
             throw Error(fmt::format("GPU {}: device ordinals are 0 to {}", g, kMaxCudaOrdinal));
     if (opts.tensor_ranks != 0 && (opts.backend != Backend::Cpu || opts.split != GpuSplit::Tensors))
         throw Error("tensor ranks are the CPU backend's tensor split");
+    // SSD streaming has one expert cache (on CUDA one device tier) for the whole model.
+    if (opts.streaming.enabled &&
+        (!opts.layer_starts.empty() || opts.gpus.size() > 1 || opts.split == GpuSplit::Tensors))
+        throw Error("SSD streaming of the routed experts with a split model is not supported");
     if (opts.split == GpuSplit::Tensors) {
         if (!opts.layer_starts.empty())
             throw Error("a layer split and the tensor split at once: give one");
-        if (opts.streaming.enabled)
-            throw Error(
-                "SSD streaming of the routed experts with the tensor split is not supported");
         const size_t n = opts.backend == Backend::Cuda ? opts.gpus.size() : opts.tensor_ranks;
         if (n < 2)
             throw Error(fmt::format("the tensor split needs 2 or more {}, got {}",
                                     opts.backend == Backend::Cuda ? "GPUs (--gpus)" : "ranks", n));
         m->split_tensors(opts, uint32_t(n));
     }
-    if (m->layer_ranges_.size() > 1 && opts.streaming.enabled)
-        throw Error("SSD streaming of the routed experts with a layer split is not supported");
     m->pool_ = std::make_unique<backend::cpu::ThreadPool>(opts.n_threads);
     if (opts.streaming.enabled) {
         m->streaming_ =
@@ -109,8 +108,6 @@ void Model::upload(const ModelOptions &opts) {
         throw Error(fmt::format("{} ranges of layers for {} GPU(s): name one GPU per range",
                                 layer_ranges_.size(), gpus.size()));
     if (!tensor_split() && opts.layer_starts.empty() && gpus.size() > 1) {
-        if (opts.streaming.enabled)
-            throw Error("SSD streaming of the routed experts over several GPUs is not supported");
         // The ranges whose largest share of weights and attention state is smallest.
         const GpuPlacement plan =
             plan_gpu_placement(hp_, weights_, GpuSplit::Layers, uint32_t(gpus.size()),

@@ -11,18 +11,12 @@
 namespace ds4::runtime {
 namespace {
 
-uint64_t planes_of(const gguf::TensorInfo &t) {
-    uint64_t planes = 1;
-    for (size_t i = 2; i < t.ne.size(); ++i) planes *= t.ne[i];
-    return planes;
-}
-
 // Rows [b, e) (ne[1]) or columns [b, e) (ne[0], whole blocks) of every plane of t, as a tensor
 // of its own whose bytes `out` receives.
 std::unique_ptr<gguf::TensorInfo> part_of(const gguf::TensorInfo &t, ShardAxis axis, uint64_t b,
                                           uint64_t e, std::unique_ptr<uint8_t[]> &out) {
     auto p = std::make_unique<gguf::TensorInfo>(t);
-    const uint64_t planes = planes_of(t), rows = t.dim(1), row = t.row_bytes();
+    const uint64_t planes = t.planes(), rows = t.dim(1), row = t.row_bytes();
     if (axis == ShardAxis::Rows) {
         p->ne[1] = e - b;
         const uint64_t part = (e - b) * row;

@@ -506,7 +506,7 @@ void CudaOps::activate() {
 void CudaOps::begin_batch(std::span<const int32_t> tokens) {
     // The batch's operations run on this session's device (the model order runs one stage's
     // batch, begin_batch to read, before the next stage's).
-    DS4_CUDA_CHECK(cudaSetDevice(device_));
+    activate();
     abort_step();  // a capture an exception left open (and what the last step tracked)
     if (tokens.size() > max_batch_)
         throw Error(fmt::format("CUDA backend: a batch of {} tokens exceeds the session's {}",
